@@ -1,0 +1,210 @@
+//! The gate: the only code that waits.
+//!
+//! A request takes a ticket in its slot's FIFO queue when it is called, and
+//! leaves the queue when it is admitted. Only the head of the queue may be
+//! admitted, and only when both hold:
+//!
+//! - fewer requests than the slot's current limit are in flight, and
+//! - at least the slot's current delay has passed since the previous
+//!   admission of the slot (start-to-start spacing, as in Scrapy).
+//!
+//! Both are checked against the slot's state *at the moment of admission*,
+//! so a lowered limit or a raised delay binds the very next dispatch, even
+//! for requests that were already waiting. The head waits on the slot's
+//! place (woken by a release or a change of the limit) or on a timer until
+//! its deadline (reset when the delay changes); the others wait to become
+//! the head. An admitted request holds a [`Permit`]: its in-flight place,
+//! given back when the permit is dropped.
+//!
+//! Dropping a [`Waiting`] at any point leaves the queue at once and, if it
+//! was the head, hands the head's turn to the next request.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::{Instant, Sleep};
+
+use crate::slot::{Slot, SlotState};
+
+/// A request waiting in its slot's queue.
+pub(crate) struct Waiting {
+    slot: Arc<Slot>,
+    /// The ticket in the slot's queue; `None` once admitted.
+    ticket: Option<u64>,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+/// An in-flight place in a slot (and, when the layer bounds pending
+/// requests, the global place), given back on drop.
+pub(crate) struct Permit {
+    slot: Arc<Slot>,
+    _pending: Option<OwnedSemaphorePermit>,
+}
+
+enum Decision {
+    Admit,
+    /// Not the head, or no place free: wait to be woken.
+    Wait,
+    /// The head, with a place, before its deadline.
+    WaitUntil(Instant),
+}
+
+impl Waiting {
+    /// Joins the back of the slot's queue.
+    pub(crate) fn enqueue(slot: Arc<Slot>) -> Self {
+        let ticket = {
+            let mut state = slot.lock();
+            let ticket = state.next_ticket;
+            state.next_ticket += 1;
+            state.waiters.insert(ticket, None);
+            ticket
+        };
+        Waiting {
+            slot,
+            ticket: Some(ticket),
+            sleep: None,
+        }
+    }
+
+    /// Waits until the request is admitted, then returns its place.
+    ///
+    /// `pending` is the global place held since `call`; it moves into the
+    /// returned permit. Must not be polled again after it returned `Ready`.
+    pub(crate) fn poll_admit(
+        &mut self,
+        cx: &mut Context<'_>,
+        pending: &mut Option<OwnedSemaphorePermit>,
+    ) -> Poll<Permit> {
+        let Some(ticket) = self.ticket else {
+            // Polled after admission: a bug in the caller, but not worth a
+            // panic; it will never be admitted twice.
+            return Poll::Pending;
+        };
+        loop {
+            let now = Instant::now();
+            let decision = {
+                let mut state = self.slot.lock();
+                let decision = decide(&state, ticket, now);
+                match decision {
+                    Decision::Admit => {
+                        state.waiters.remove(&ticket);
+                        state.in_flight += 1;
+                        state.dispatched += 1;
+                        state.last_dispatch = Some(now);
+                        // The next request is now the head: it has to start
+                        // its own wait for spacing.
+                        let next = state.take_head_waker();
+                        drop(state);
+                        if let Some(waker) = next {
+                            waker.wake();
+                        }
+                        self.ticket = None;
+                        self.sleep = None;
+                        return Poll::Ready(Permit {
+                            slot: Arc::clone(&self.slot),
+                            _pending: pending.take(),
+                        });
+                    }
+                    Decision::Wait | Decision::WaitUntil(_) => {
+                        if let Some(slot_waker) = state.waiters.get_mut(&ticket) {
+                            match slot_waker {
+                                Some(w) if w.will_wake(cx.waker()) => {}
+                                _ => *slot_waker = Some(cx.waker().clone()),
+                            }
+                        }
+                    }
+                }
+                decision
+            };
+            let Decision::WaitUntil(deadline) = decision else {
+                return Poll::Pending;
+            };
+            match &mut self.sleep {
+                Some(sleep) if sleep.deadline() == deadline => {}
+                Some(sleep) => sleep.as_mut().reset(deadline),
+                None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            let sleep = self.sleep.as_mut().expect("set above");
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            // The deadline passed: look again (the delay may have changed).
+        }
+    }
+}
+
+fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
+    if state.waiters.keys().next() != Some(&ticket) {
+        return Decision::Wait;
+    }
+    if state.in_flight >= state.limit {
+        return Decision::Wait;
+    }
+    match state.last_dispatch {
+        Some(last) => match last.checked_add(state.delay) {
+            Some(deadline) if deadline <= now => Decision::Admit,
+            Some(deadline) => Decision::WaitUntil(deadline),
+            // A delay too large to represent: wait as long as tokio can.
+            None => Decision::WaitUntil(far_future(now)),
+        },
+        None => Decision::Admit,
+    }
+}
+
+fn far_future(now: Instant) -> Instant {
+    // About 30 years, as tokio itself uses for "never".
+    now + std::time::Duration::from_secs(86_400 * 365 * 30)
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket else { return };
+        let wake = {
+            let mut state = self.slot.lock();
+            let was_head = state.waiters.keys().next() == Some(&ticket);
+            state.waiters.remove(&ticket);
+            if was_head {
+                state.take_head_waker()
+            } else {
+                None
+            }
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+    }
+}
+
+impl Permit {
+    /// The slot this place belongs to.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.slot
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        self.slot.release();
+    }
+}
+
+impl fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waiting")
+            .field("slot", &self.slot.key)
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("slot", &self.slot.key)
+            .finish()
+    }
+}

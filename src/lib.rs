@@ -1,0 +1,84 @@
+//! Scrapy's AutoThrottle for any tower HTTP client.
+//!
+//! [`AutoThrottleLayer`] wraps any `tower::Service<http::Request<B>>` (a
+//! hyper-util client, a tower stack, a test double) and throttles requests
+//! *per remote host*: each host gets a **download delay** (the minimum time
+//! between the starts of two requests) and a **concurrency limit** (the
+//! maximum requests in flight), both adapted from the latency it measures,
+//! as Scrapy's AutoThrottle does.
+//!
+//! # How a request flows
+//!
+//! 1. **Key** ([`key`]): the request is assigned to a slot, by default its
+//!    normalized authority (`scheme://host[:port]`).
+//! 2. **Slot table**: one slot per key, shared by the layer and every
+//!    service made from it.
+//! 3. **Gate**: the request waits in its slot's FIFO queue until the slot's
+//!    delay has passed since the previous dispatch *and* fewer than the
+//!    slot's limit are in flight. A slow slot never holds up another.
+//! 4. **Inner call**: a clone of the inner service is driven to readiness and
+//!    called; the latency is measured from the call to the response head.
+//! 5. **Policy** ([`policy`]): the latency and status go to the slot's
+//!    policy, a pure state machine that answers with the slot's new delay
+//!    and limit.
+//! 6. **Body** ([`body`]): the response body holds the request's in-flight
+//!    place until it ends or is dropped.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower_autothrottle::{policy::Scrapy2012, AutoThrottleLayer, Config};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let config = Config::builder()
+//!     .policy(Scrapy2012::default().start_delay(Duration::from_millis(500)))
+//!     .build()
+//!     .unwrap();
+//! let throttle = AutoThrottleLayer::new(config);
+//! let mut client = ServiceBuilder::new()
+//!     .layer(throttle.clone())
+//!     .service_fn(|_req: http::Request<String>| async {
+//!         tokio::time::sleep(Duration::from_millis(100)).await;
+//!         Ok::<_, Infallible>(http::Response::new(String::from("hello")))
+//!     });
+//!
+//! let request = http::Request::get("http://example.com/").body(String::new()).unwrap();
+//! let response = client.ready().await.unwrap().call(request).await.unwrap();
+//! assert_eq!(response.status(), 200);
+//!
+//! let slot = throttle.slot("http://example.com").unwrap();
+//! assert_eq!(slot.delay, Duration::from_millis(300)); // (500 + 100) / 2
+//! assert_eq!(slot.concurrency, 1);
+//! # }
+//! ```
+//!
+//! # Time
+//!
+//! All time comes from `tokio::time`, so tests and simulations can drive the
+//! throttle with tokio's paused clock.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod body;
+mod config;
+pub mod future;
+mod gate;
+pub mod key;
+mod layer;
+pub mod policy;
+mod service;
+mod slot;
+
+pub use body::ThrottleBody;
+pub use config::{Config, ConfigBuilder, ConfigError};
+pub use future::ResponseFuture;
+pub use key::{DownloadSlot, KeyFn, SlotKey};
+pub use layer::AutoThrottleLayer;
+pub use service::AutoThrottle;
+pub use slot::SlotSnapshot;

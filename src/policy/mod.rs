@@ -1,0 +1,157 @@
+//! Policies: pure state machines that turn samples into a delay and a
+//! concurrency limit.
+//!
+//! A policy sees one [`Sample`] per response (its latency, its status and how
+//! many requests of the slot were in flight) and answers with a [`Throttle`]:
+//! the download delay (minimum start-to-start spacing between two requests
+//! of the slot) and the concurrency limit (maximum requests of the slot in
+//! flight). It has no clock and does no I/O, so it can be unit-tested
+//! exactly, replayed from a recorded trace and simulated:
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::StatusCode;
+//! use tower_autothrottle::policy::{MakePolicy, Sample, Scrapy2012};
+//! use tower_autothrottle::SlotKey;
+//!
+//! let mut policy = Scrapy2012::default().make_policy(&SlotKey::new("example"));
+//! assert_eq!(policy.throttle().delay(), Duration::from_secs(5));
+//! let t = policy.on_sample(&Sample::new(Duration::from_secs(1), StatusCode::OK));
+//! assert_eq!(t.delay(), Duration::from_secs(3)); // (5 + 1) / 2
+//! assert_eq!(t.concurrency(), 1);
+//! ```
+//!
+//! The layer keeps one policy per slot, created by the [`MakePolicy`] in the
+//! [`Config`](crate::Config). What it does between samples (waiting, permits,
+//! timers) lives elsewhere: a policy only decides numbers.
+
+use std::fmt;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::config::ConfigError;
+use crate::key::SlotKey;
+
+mod scrapy2012;
+
+pub use scrapy2012::Scrapy2012;
+
+/// One observation fed to a policy: a response's latency and status.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    latency: f64,
+    status: StatusCode,
+    in_flight: usize,
+}
+
+impl Sample {
+    /// A response whose head arrived `latency` after the request was sent.
+    pub fn new(latency: Duration, status: StatusCode) -> Self {
+        Sample::from_secs_f64(latency.as_secs_f64(), status)
+    }
+
+    /// Like [`Sample::new`], with the latency in seconds.
+    ///
+    /// Policies compute in `f64` seconds, as Scrapy does, so that a replayed
+    /// trace gives bit-for-bit the original arithmetic.
+    pub fn from_secs_f64(latency: f64, status: StatusCode) -> Self {
+        Sample {
+            latency,
+            status,
+            in_flight: 0,
+        }
+    }
+
+    /// Sets how many requests of the slot were in flight when this response
+    /// arrived (this one included).
+    pub fn with_in_flight(mut self, in_flight: usize) -> Self {
+        self.in_flight = in_flight;
+        self
+    }
+
+    /// The latency in seconds.
+    pub fn latency_secs(&self) -> f64 {
+        self.latency
+    }
+
+    /// The response status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Requests of the slot in flight when the response arrived, this one
+    /// included (0 when unknown, as in a replayed trace).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+}
+
+/// What a policy allows a slot: a download delay and a concurrency limit.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Throttle {
+    delay: f64,
+    concurrency: usize,
+}
+
+impl Throttle {
+    /// A delay in seconds and a concurrency limit.
+    pub fn new(delay_secs: f64, concurrency: usize) -> Self {
+        Throttle {
+            delay: delay_secs,
+            concurrency,
+        }
+    }
+
+    /// The delay in seconds, exactly as the policy computed it.
+    pub fn delay_secs(&self) -> f64 {
+        self.delay
+    }
+
+    /// The delay as a [`Duration`]: negative or NaN delays are zero, and
+    /// delays too large for a `Duration` saturate.
+    pub fn delay(&self) -> Duration {
+        secs_to_duration(self.delay)
+    }
+
+    /// The concurrency limit, as the policy computed it. The gate never uses
+    /// less than 1, so a slot can always make progress.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency
+    }
+}
+
+/// Converts seconds to a `Duration` without panicking on any `f64`.
+pub(crate) fn secs_to_duration(secs: f64) -> Duration {
+    if secs.is_nan() || secs <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    }
+}
+
+/// The per-slot state machine of a throttling policy.
+///
+/// Implementations must be pure: no clock, no I/O, no randomness that is not
+/// seeded from their own state. They must not panic on any sample.
+pub trait Policy: fmt::Debug + Send + 'static {
+    /// What the policy allows now.
+    fn throttle(&self) -> Throttle;
+
+    /// Takes one sample into account and returns what the policy allows
+    /// from now on.
+    fn on_sample(&mut self, sample: &Sample) -> Throttle;
+}
+
+/// Makes the policy of each new slot; this is what a [`Config`](crate::Config)
+/// holds.
+pub trait MakePolicy: fmt::Debug + Send + Sync + 'static {
+    /// The policy's name, as `replay --policy` spells it.
+    fn name(&self) -> &'static str;
+
+    /// Checks the parameters; called once when the configuration is built.
+    fn validate(&self) -> Result<(), ConfigError>;
+
+    /// A fresh policy for the slot `key`.
+    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy>;
+}

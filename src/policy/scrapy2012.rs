@@ -1,0 +1,288 @@
+//! The original AutoThrottle rules (Scrapy, 2012), per slot.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use super::{MakePolicy, Policy, Sample, Throttle};
+use crate::config::ConfigError;
+use crate::key::SlotKey;
+
+/// Scrapy's original AutoThrottle (2012), with its state kept per slot.
+///
+/// A slot starts with concurrency 1 and a delay of `start_delay`. On each
+/// response with a non-zero latency:
+///
+/// - **Delay.** `new = (delay + latency) / 2` when the latency is below the
+///   delay, else `new = latency`. A response whose status is not 200 may only
+///   raise the delay (error pages and redirects are small and fast, and would
+///   otherwise pull the delay down).
+/// - **Concurrency.** The latency joins a window. The first window starts
+///   with `start_delay` as its first sample, as in the original. When the
+///   window holds `check_period` samples, its mean and sample standard
+///   deviation (n − 1) are computed; if the mean exceeds the previous
+///   window's mean plus its deviation (the first comparison is against
+///   `(start_delay, 0)`), the concurrency drops by one (not below 1),
+///   otherwise it grows by one (not above `max_concurrency`). The window is
+///   then emptied.
+///
+/// A zero latency changes nothing. The arithmetic is the original's, in
+/// `f64` seconds, so a replayed trace gives exactly Scrapy's numbers. Unlike
+/// the original, which kept one latency window for all hosts, every slot has
+/// its own window.
+///
+/// | parameter | default | Scrapy setting |
+/// |---|---|---|
+/// | `start_delay` | 5 s | `AUTOTHROTTLE_START_DELAY` |
+/// | `check_period` | 10 | `AUTOTHROTTLE_CONCURRENCY_CHECK_PERIOD` |
+/// | `max_concurrency` | 8 | `AUTOTHROTTLE_MAX_CONCURRENCY` |
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_autothrottle::policy::Scrapy2012;
+///
+/// let policy = Scrapy2012::default()
+///     .start_delay(Duration::from_millis(500))
+///     .check_period(5)
+///     .max_concurrency(4);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scrapy2012 {
+    start_delay: f64,
+    check_period: usize,
+    max_concurrency: usize,
+}
+
+impl Default for Scrapy2012 {
+    fn default() -> Self {
+        Scrapy2012 {
+            start_delay: 5.0,
+            check_period: 10,
+            max_concurrency: 8,
+        }
+    }
+}
+
+impl Scrapy2012 {
+    /// The name `replay --policy` knows this policy by.
+    pub const NAME: &'static str = "scrapy-2012";
+
+    /// The delay of a new slot, and the first sample of its first window.
+    pub fn start_delay(self, start_delay: Duration) -> Self {
+        self.start_delay_secs(start_delay.as_secs_f64())
+    }
+
+    /// Like [`start_delay`](Self::start_delay), in seconds; must be finite
+    /// and not negative.
+    pub fn start_delay_secs(mut self, secs: f64) -> Self {
+        self.start_delay = secs;
+        self
+    }
+
+    /// How many samples make a window (at least 2: the deviation needs two).
+    pub fn check_period(mut self, responses: usize) -> Self {
+        self.check_period = responses;
+        self
+    }
+
+    /// The highest concurrency a slot may reach (at least 1).
+    pub fn max_concurrency(mut self, max: usize) -> Self {
+        self.max_concurrency = max;
+        self
+    }
+}
+
+impl MakePolicy for Scrapy2012 {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.start_delay.is_finite() && self.start_delay >= 0.0) {
+            return Err(ConfigError::new(
+                "start_delay",
+                format!("must be finite and not negative, got {}", self.start_delay),
+            ));
+        }
+        if self.check_period < 2 {
+            return Err(ConfigError::new(
+                "check_period",
+                format!(
+                    "must be at least 2 (a window needs two samples for a deviation), got {}",
+                    self.check_period
+                ),
+            ));
+        }
+        if self.max_concurrency < 1 {
+            return Err(ConfigError::new("max_concurrency", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+        Box::new(Scrapy2012State::new(self))
+    }
+}
+
+/// The per-slot state of [`Scrapy2012`].
+#[derive(Clone, Debug)]
+struct Scrapy2012State {
+    delay: f64,
+    concurrency: usize,
+    window: Vec<f64>,
+    previous: (f64, f64),
+    check_period: usize,
+    max_concurrency: usize,
+}
+
+impl Scrapy2012State {
+    fn new(config: &Scrapy2012) -> Self {
+        let mut window = Vec::with_capacity(config.check_period);
+        window.push(config.start_delay);
+        Scrapy2012State {
+            delay: config.start_delay,
+            concurrency: 1,
+            window,
+            previous: (config.start_delay, 0.0),
+            // Guard against unvalidated use: never divide by zero below.
+            check_period: config.check_period.max(2),
+            max_concurrency: config.max_concurrency.max(1),
+        }
+    }
+
+    fn adjust_delay(&mut self, latency: f64, status: StatusCode) {
+        let new_delay = if latency < self.delay {
+            (self.delay + latency) / 2.0
+        } else {
+            latency
+        };
+        if status == StatusCode::OK || new_delay > self.delay {
+            self.delay = new_delay;
+        }
+    }
+
+    fn check_concurrency(&mut self, latency: f64) {
+        self.window.push(latency);
+        if self.window.len() == self.check_period {
+            let (mean, stdev) = mean_stdev(&self.window);
+            let (prev_mean, prev_stdev) = self.previous;
+            self.previous = (mean, stdev);
+            self.window.clear();
+            if mean > prev_mean + prev_stdev {
+                if self.concurrency > 1 {
+                    self.concurrency -= 1;
+                }
+            } else if self.concurrency < self.max_concurrency {
+                self.concurrency += 1;
+            }
+        }
+    }
+}
+
+impl Policy for Scrapy2012State {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(self.delay, self.concurrency)
+    }
+
+    fn on_sample(&mut self, sample: &Sample) -> Throttle {
+        let latency = sample.latency_secs();
+        // The original skips a response without a latency or with a zero one.
+        if latency != 0.0 && !latency.is_nan() {
+            self.adjust_delay(latency, sample.status());
+            self.check_concurrency(latency);
+        }
+        self.throttle()
+    }
+}
+
+/// Mean and sample standard deviation, summed left to right as the original.
+fn mean_stdev(values: &[f64]) -> (f64, f64) {
+    let n = values.len() as f64;
+    let mean = values.iter().fold(0.0, |acc, x| acc + x) / n;
+    let squares = values
+        .iter()
+        .fold(0.0, |acc, x| acc + (x - mean) * (x - mean));
+    (mean, (squares / (n - 1.0)).powf(0.5))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(policy: &Scrapy2012, trace: &[(f64, u16)]) -> Vec<(f64, usize)> {
+        let mut state = policy.make_policy(&SlotKey::new("t"));
+        trace
+            .iter()
+            .map(|&(lat, status)| {
+                let t = state.on_sample(&Sample::from_secs_f64(
+                    lat,
+                    StatusCode::from_u16(status).unwrap(),
+                ));
+                (t.delay_secs(), t.concurrency())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn delay_follows_the_original_rules() {
+        let out = run(
+            &Scrapy2012::default(),
+            &[
+                (1.0, 200),
+                (4.0, 200),
+                (0.5, 404),
+                (6.0, 500),
+                (0.0, 200),
+                (2.0, 301),
+            ],
+        );
+        let delays: Vec<f64> = out.iter().map(|o| o.0).collect();
+        // 5 -> (5+1)/2 = 3 -> 4 (latency above delay) -> 4 (404 may not lower)
+        //   -> 6 (500 raises) -> 6 (zero latency ignored) -> 6 ((6+2)/2 = 4 is lower, 301)
+        assert_eq!(delays, vec![3.0, 4.0, 4.0, 6.0, 6.0, 6.0]);
+    }
+
+    #[test]
+    fn concurrency_windows_hand_computed() {
+        let policy = Scrapy2012::default().check_period(3).max_concurrency(2);
+        // Window 1: [5.0, 1.0, 1.0]: mean 7/3 < 5 + 0 -> +1 (2).
+        // Window 2: [1.0, 1.0, 1.0]: mean 1 <= 7/3 + sd -> +1, capped at 2.
+        // Window 3: [9.0, 9.0, 9.0]: mean 9 > 1 + 0 -> -1 (1).
+        // Window 4: [9.0, 9.0, 9.0]: mean 9 > 9 + 0? no -> +1 (2).
+        let trace = [(1.0, 200); 2]
+            .iter()
+            .chain([(1.0, 200); 3].iter())
+            .chain([(9.0, 200); 6].iter())
+            .copied()
+            .collect::<Vec<_>>();
+        let conc: Vec<usize> = run(&policy, &trace).iter().map(|o| o.1).collect();
+        assert_eq!(conc, vec![1, 2, 2, 2, 2, 2, 2, 1, 1, 1, 2]);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let err = Scrapy2012::default()
+            .check_period(1)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field(), "check_period");
+        let err = Scrapy2012::default()
+            .max_concurrency(0)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field(), "max_concurrency");
+        let err = Scrapy2012::default()
+            .start_delay_secs(f64::NAN)
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field(), "start_delay");
+        assert!(Scrapy2012::default().validate().is_ok());
+    }
+
+    #[test]
+    fn mean_stdev_matches_hand_values() {
+        let (m, s) = mean_stdev(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(m, 5.0);
+        assert!((s - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+    }
+}

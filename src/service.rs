@@ -1,0 +1,163 @@
+//! The service.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use http_body::Body;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::PollSemaphore;
+use tower_service::Service;
+
+use crate::config::Config;
+use crate::future::ResponseFuture;
+use crate::gate::Waiting;
+use crate::key::key_for;
+use crate::layer::{AutoThrottleLayer, Shared};
+use crate::slot::SlotSnapshot;
+
+/// Throttles requests per slot with an adaptive delay and concurrency limit.
+///
+/// # The `poll_ready` / `call` contract
+///
+/// `poll_ready` cannot see the request, so it cannot know the slot. It only
+/// enforces the optional global bound on pending requests
+/// ([`ConfigBuilder::max_pending`](crate::ConfigBuilder::max_pending)): when
+/// the bound is reached it returns `Pending` until a request finishes, which
+/// gives callers backpressure. Without a bound it is always ready.
+///
+/// `call` never waits: it picks the request's slot, joins the back of that
+/// slot's FIFO queue and returns a [`ResponseFuture`]. The future waits for
+/// the slot's gate, then drives a *clone* of the inner service to readiness
+/// and calls it, as tower's documentation prescribes for services that
+/// call their inner service from their future. The inner service must
+/// therefore be `Clone`; wrap a service that is not in `tower::buffer`.
+///
+/// Calling `call` without a successful `poll_ready` first does not panic:
+/// the request takes a global place if one is free, and otherwise goes
+/// ahead outside the bound (with a warning).
+///
+/// Requests in different slots never wait for each other, except for the
+/// global bound, which counts every queued and in-flight request.
+pub struct AutoThrottle<S> {
+    inner: S,
+    shared: Arc<Shared>,
+    semaphore: Option<PollSemaphore>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl<S> AutoThrottle<S> {
+    /// Wraps `inner` with a new, independent throttle.
+    pub fn new(inner: S, config: Config) -> Self {
+        AutoThrottle::from_shared(inner, AutoThrottleLayer::new(config).shared)
+    }
+
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
+        AutoThrottle {
+            inner,
+            semaphore: shared.pending.clone().map(PollSemaphore::new),
+            shared,
+            permit: None,
+        }
+    }
+
+    /// A layer that shares this service's slots, for wrapping another
+    /// client with the same throttle.
+    pub fn layer(&self) -> AutoThrottleLayer {
+        AutoThrottleLayer {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// A snapshot of every slot, sorted by key.
+    pub fn slots(&self) -> Vec<SlotSnapshot> {
+        self.shared.table.snapshots()
+    }
+
+    /// A snapshot of one slot, if it exists.
+    pub fn slot(&self, key: &str) -> Option<SlotSnapshot> {
+        self.shared.table.snapshot(key)
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming the throttle.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for AutoThrottle<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Body,
+{
+    type Response = Response<crate::body::ThrottleBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, Request<ReqBody>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if self.permit.is_none() {
+            if let Some(semaphore) = &mut self.semaphore {
+                // The semaphore is never closed, so `None` cannot happen;
+                // if it did, going ahead unbounded beats stalling forever.
+                self.permit = std::task::ready!(semaphore.poll_acquire(cx));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let (parts, body) = request.into_parts();
+        let key = key_for(&parts, self.shared.config.key_fn.as_ref());
+        let request = Request::from_parts(parts, body);
+        let mut pending = self.permit.take();
+        if pending.is_none() {
+            if let Some(semaphore) = &self.shared.pending {
+                pending = Arc::clone(semaphore).try_acquire_owned().ok();
+                if pending.is_none() {
+                    tracing::warn!(
+                        slot = %key,
+                        "AutoThrottle::call without poll_ready while max_pending is reached: \
+                         the request goes ahead outside the bound"
+                    );
+                }
+            }
+        }
+        let slot = self.shared.table.slot(key);
+        let waiting = Waiting::enqueue(slot);
+        ResponseFuture::new(
+            waiting,
+            self.inner.clone(),
+            request,
+            pending,
+            self.shared.config.debug,
+        )
+    }
+}
+
+impl<S: Clone> Clone for AutoThrottle<S> {
+    /// Shares the slots; the clone starts without a reserved global place.
+    fn clone(&self) -> Self {
+        AutoThrottle::from_shared(self.inner.clone(), Arc::clone(&self.shared))
+    }
+}
+
+impl<S: fmt::Debug> fmt::Debug for AutoThrottle<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AutoThrottle")
+            .field("inner", &self.inner)
+            .field("config", &self.shared.config)
+            .field("reserved", &self.permit.is_some())
+            .finish()
+    }
+}

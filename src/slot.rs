@@ -1,0 +1,214 @@
+//! The slot table and each slot's state.
+//!
+//! Every slot keeps, under one mutex: its policy, the delay and limit the
+//! policy last decided, how many requests are in flight, when the last one
+//! was dispatched, and the FIFO queue of waiting requests. All reads and
+//! writes of that state happen under the slot's lock, in short critical
+//! sections that never wait, never call into the inner service and never
+//! wake a task (wakers are taken out and woken after the lock is released),
+//! so the state cannot race and no lock is held across an `.await`.
+//!
+//! A panic while the lock is held (say, in a user-supplied policy) does not
+//! poison the slot: the lock is taken back as it was left.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use http::StatusCode;
+use tokio::time::Instant;
+
+use crate::key::SlotKey;
+use crate::policy::{MakePolicy, Policy, Sample, Throttle};
+
+/// What one slot looks like at one moment, from
+/// [`AutoThrottleLayer::slots`](crate::AutoThrottleLayer::slots).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SlotSnapshot {
+    /// The slot's key.
+    pub key: SlotKey,
+    /// The current download delay (minimum start-to-start spacing).
+    pub delay: Duration,
+    /// The current concurrency limit.
+    pub concurrency: usize,
+    /// Requests dispatched whose response body has not ended yet.
+    pub in_flight: usize,
+    /// Requests waiting in the slot's queue.
+    pub queued: usize,
+    /// The latency of the last response.
+    pub last_latency: Option<Duration>,
+    /// The status of the last response.
+    pub last_status: Option<StatusCode>,
+    /// Requests dispatched so far.
+    pub dispatched: u64,
+    /// Responses received so far.
+    pub responses: u64,
+}
+
+/// All slots, by key; shared by a layer and every service made from it.
+#[derive(Debug)]
+pub(crate) struct SlotTable {
+    slots: DashMap<SlotKey, Arc<Slot>>,
+    policy: Arc<dyn MakePolicy>,
+}
+
+impl SlotTable {
+    pub(crate) fn new(policy: Arc<dyn MakePolicy>) -> Self {
+        SlotTable {
+            slots: DashMap::new(),
+            policy,
+        }
+    }
+
+    /// The slot for `key`, created with a fresh policy if it is new.
+    pub(crate) fn slot(&self, key: SlotKey) -> Arc<Slot> {
+        if let Some(slot) = self.slots.get(key.as_str()) {
+            return Arc::clone(&slot);
+        }
+        let slot = self.slots.entry(key.clone()).or_insert_with(|| {
+            let policy = self.policy.make_policy(&key);
+            Arc::new(Slot::new(key, policy))
+        });
+        Arc::clone(&slot)
+    }
+
+    pub(crate) fn snapshot(&self, key: &str) -> Option<SlotSnapshot> {
+        // Clone the Arc out first so no shard lock is held while locking the slot.
+        let slot = self.slots.get(key).map(|s| Arc::clone(&s))?;
+        Some(slot.snapshot())
+    }
+
+    pub(crate) fn snapshots(&self) -> Vec<SlotSnapshot> {
+        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|s| Arc::clone(&s)).collect();
+        let mut out: Vec<SlotSnapshot> = slots.iter().map(|s| s.snapshot()).collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+}
+
+/// One slot: a key and its state.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) key: SlotKey,
+    state: Mutex<SlotState>,
+}
+
+/// The mutable part of a slot; only touched under [`Slot::lock`].
+#[derive(Debug)]
+pub(crate) struct SlotState {
+    policy: Box<dyn Policy>,
+    /// The delay in force, from the policy's last answer.
+    pub(crate) delay: Duration,
+    /// The limit in force, from the policy's last answer, at least 1.
+    pub(crate) limit: usize,
+    pub(crate) in_flight: usize,
+    pub(crate) last_dispatch: Option<Instant>,
+    /// Waiting requests by ticket; the first entry is the head of the queue.
+    pub(crate) waiters: BTreeMap<u64, Option<Waker>>,
+    pub(crate) next_ticket: u64,
+    last_latency: Option<Duration>,
+    last_status: Option<StatusCode>,
+    pub(crate) dispatched: u64,
+    responses: u64,
+}
+
+/// What a response did to its slot, for logging.
+#[derive(Debug)]
+pub(crate) struct Adjustment {
+    pub(crate) throttle: Throttle,
+    pub(crate) changed: bool,
+}
+
+impl Slot {
+    fn new(key: SlotKey, policy: Box<dyn Policy>) -> Self {
+        let throttle = policy.throttle();
+        Slot {
+            key,
+            state: Mutex::new(SlotState {
+                delay: throttle.delay(),
+                limit: throttle.concurrency().max(1),
+                policy,
+                in_flight: 0,
+                last_dispatch: None,
+                waiters: BTreeMap::new(),
+                next_ticket: 0,
+                last_latency: None,
+                last_status: None,
+                dispatched: 0,
+                responses: 0,
+            }),
+        }
+    }
+
+    /// Locks the slot's state, recovering it if a panic poisoned the lock.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Feeds a response to the policy and applies its answer.
+    pub(crate) fn on_response(&self, latency: Duration, status: StatusCode) -> Adjustment {
+        let (adjustment, wake) = {
+            let mut state = self.lock();
+            state.responses += 1;
+            state.last_latency = Some(latency);
+            state.last_status = Some(status);
+            let sample = Sample::new(latency, status).with_in_flight(state.in_flight);
+            let throttle = state.policy.on_sample(&sample);
+            let (delay, limit) = (throttle.delay(), throttle.concurrency().max(1));
+            let changed = delay != state.delay || limit != state.limit;
+            state.delay = delay;
+            state.limit = limit;
+            // A new delay or limit may let the head of the queue go sooner,
+            // or later: let it look again.
+            let wake = if changed {
+                state.take_head_waker()
+            } else {
+                None
+            };
+            (Adjustment { throttle, changed }, wake)
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+        adjustment
+    }
+
+    /// Gives back one in-flight place.
+    pub(crate) fn release(&self) {
+        let wake = {
+            let mut state = self.lock();
+            state.in_flight = state.in_flight.saturating_sub(1);
+            state.take_head_waker()
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+    }
+
+    fn snapshot(&self) -> SlotSnapshot {
+        let state = self.lock();
+        SlotSnapshot {
+            key: self.key.clone(),
+            delay: state.delay,
+            concurrency: state.limit,
+            in_flight: state.in_flight,
+            queued: state.waiters.len(),
+            last_latency: state.last_latency,
+            last_status: state.last_status,
+            dispatched: state.dispatched,
+            responses: state.responses,
+        }
+    }
+}
+
+impl SlotState {
+    /// Takes the waker of the request at the head of the queue, if any.
+    pub(crate) fn take_head_waker(&mut self) -> Option<Waker> {
+        self.waiters.values_mut().next().and_then(Option::take)
+    }
+}
