@@ -87,7 +87,7 @@ impl Config {
 ///     .build()
 ///     .expect("valid configuration");
 ///
-/// let bad = Config::builder().policy(Scrapy2012::default().check_period(1)).build();
+/// let bad = Config::builder().policy(Scrapy2012::default().check_period(0)).build();
 /// assert_eq!(bad.unwrap_err().field(), "check_period");
 /// ```
 #[derive(Debug)]

@@ -33,8 +33,10 @@ use http::StatusCode;
 use crate::config::ConfigError;
 use crate::key::SlotKey;
 
+mod replay;
 mod scrapy2012;
 
+pub use replay::replay;
 pub use scrapy2012::Scrapy2012;
 
 /// One observation fed to a policy: a response's latency and status.

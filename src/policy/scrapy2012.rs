@@ -79,7 +79,11 @@ impl Scrapy2012 {
         self
     }
 
-    /// How many samples make a window (at least 2: the deviation needs two).
+    /// How many samples make a window (at least 1).
+    ///
+    /// As in the original, the first window already holds `start_delay`, so
+    /// with a period of 1 no window ever completes and the concurrency
+    /// stays at 1.
     pub fn check_period(mut self, responses: usize) -> Self {
         self.check_period = responses;
         self
@@ -104,14 +108,8 @@ impl MakePolicy for Scrapy2012 {
                 format!("must be finite and not negative, got {}", self.start_delay),
             ));
         }
-        if self.check_period < 2 {
-            return Err(ConfigError::new(
-                "check_period",
-                format!(
-                    "must be at least 2 (a window needs two samples for a deviation), got {}",
-                    self.check_period
-                ),
-            ));
+        if self.check_period < 1 {
+            return Err(ConfigError::new("check_period", "must be at least 1"));
         }
         if self.max_concurrency < 1 {
             return Err(ConfigError::new("max_concurrency", "must be at least 1"));
@@ -144,8 +142,7 @@ impl Scrapy2012State {
             concurrency: 1,
             window,
             previous: (config.start_delay, 0.0),
-            // Guard against unvalidated use: never divide by zero below.
-            check_period: config.check_period.max(2),
+            check_period: config.check_period,
             max_concurrency: config.max_concurrency.max(1),
         }
     }
@@ -162,6 +159,12 @@ impl Scrapy2012State {
     }
 
     fn check_concurrency(&mut self, latency: f64) {
+        if self.check_period < 2 {
+            // The window (which starts with `start_delay`) can never hold
+            // exactly this many samples: the original never adjusts, and
+            // keeping the samples would only grow the window forever.
+            return;
+        }
         self.window.push(latency);
         if self.window.len() == self.check_period {
             let (mean, stdev) = mean_stdev(&self.window);
@@ -262,7 +265,7 @@ mod tests {
     #[test]
     fn validation_names_the_field() {
         let err = Scrapy2012::default()
-            .check_period(1)
+            .check_period(0)
             .validate()
             .unwrap_err();
         assert_eq!(err.field(), "check_period");
@@ -277,6 +280,13 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.field(), "start_delay");
         assert!(Scrapy2012::default().validate().is_ok());
+    }
+
+    #[test]
+    fn a_period_of_one_never_adjusts_concurrency_as_the_original() {
+        let policy = Scrapy2012::default().check_period(1);
+        let out = run(&policy, &[(1.0, 200); 50]);
+        assert!(out.iter().all(|&(_, c)| c == 1));
     }
 
     #[test]

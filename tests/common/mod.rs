@@ -287,3 +287,65 @@ pub async fn settle() {
         tokio::task::yield_now().await;
     }
 }
+
+/// A small seeded generator (SplitMix64) for reproducible test inputs.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// A random trace of `LATENCY STATUS` lines: regimes of steady, rising and
+/// falling latencies over several scales, exact zeros, and mixed statuses.
+pub fn random_trace(rng: &mut Rng, lines: usize) -> Vec<(f64, u16)> {
+    let mut out = Vec::with_capacity(lines);
+    let mut level: f64 = *rng.pick(&[0.001, 0.05, 0.3, 2.0, 12.0]);
+    while out.len() < lines {
+        let regime = rng.below(4);
+        for _ in 0..(1 + rng.below(25)) {
+            level = match regime {
+                0 => level,
+                1 => level * (1.0 + rng.unit() * 0.4),
+                2 => level * (1.0 - rng.unit() * 0.3),
+                _ => *rng.pick(&[0.001, 0.05, 0.3, 2.0, 12.0]),
+            }
+            .clamp(1e-6, 120.0);
+            let latency = if rng.below(20) == 0 {
+                0.0
+            } else if rng.below(10) == 0 {
+                // Round values make ties and exact averages likely.
+                (level * 4.0).round() / 4.0
+            } else {
+                level * (0.5 + rng.unit())
+            };
+            let status = if rng.below(10) < 7 {
+                200
+            } else {
+                *rng.pick(&[200, 201, 301, 302, 404, 429, 500, 503])
+            };
+            out.push((latency, status));
+        }
+    }
+    out.truncate(lines);
+    out
+}

@@ -1,0 +1,158 @@
+//! Trace equivalence with the original 2012 AutoThrottle.
+//!
+//! Random traces go through our `scrapy-2012` policy and through the
+//! original Python code itself (`../shared/reference/scrapy_autothrottle_2012.py`,
+//! run by `tests/scrapy2012_oracle.py`); every output line must be equal.
+//! Set `SCRAPY_2012_REFERENCE` to point at the original elsewhere. Outside
+//! CI the comparison is skipped, with a note, when Python or the reference
+//! is missing; in CI (`CI` set) that is a failure.
+
+mod common;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use http::StatusCode;
+use tower::{Layer, Service, ServiceExt};
+use tower_autothrottle::policy::{replay, MakePolicy, Sample, Scrapy2012};
+use tower_autothrottle::{AutoThrottleLayer, Config, SlotKey};
+
+fn reference() -> Option<PathBuf> {
+    let path = std::env::var_os("SCRAPY_2012_REFERENCE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../shared/reference/scrapy_autothrottle_2012.py")
+        });
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    match (path.is_file(), python) {
+        (true, true) => Some(path),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("CI needs python3 and the original at {}", path.display())
+        }
+        _ => {
+            eprintln!(
+                "note: skipping the comparison with the original: python3 or {} is missing",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+fn oracle(reference: &PathBuf, policy: &(f64, usize, usize), trace: &str) -> String {
+    let mut child = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/scrapy2012_oracle.py"
+        ))
+        .arg(reference)
+        .arg(format!("{:?}", policy.0))
+        .arg(policy.1.to_string())
+        .arg(policy.2.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(trace.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the oracle failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn replay_equals_the_original_code_on_random_traces() {
+    let Some(reference) = reference() else { return };
+    let mut rng = Rng::new(2012);
+    let params = [
+        (5.0, 10, 8),
+        (0.0, 2, 1),
+        (0.5, 3, 4),
+        (2.25, 17, 32),
+        (12.0, 5, 2),
+        (0.1, 1, 8),
+    ];
+    let mut compared = 0;
+    let (mut ups, mut downs) = (0, 0);
+    for round in 0..24 {
+        let p = params[round % params.len()];
+        let trace = random_trace(&mut rng, 400);
+        let text: String = trace.iter().map(|(l, s)| format!("{l:?} {s}\n")).collect();
+        let expected = oracle(&reference, &p, &text);
+        let policy = Scrapy2012::default()
+            .start_delay_secs(p.0)
+            .check_period(p.1)
+            .max_concurrency(p.2);
+        let mut ours = Vec::new();
+        replay(&policy, text.as_bytes(), &mut ours).unwrap();
+        let ours = String::from_utf8(ours).unwrap();
+        for (i, (a, b)) in ours.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(
+                a,
+                b,
+                "round {round}, params {p:?}, line {}: {:?}",
+                i + 1,
+                trace[i]
+            );
+        }
+        let conc: Vec<usize> = expected
+            .lines()
+            .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+            .collect();
+        ups += conc.windows(2).filter(|w| w[1] > w[0]).count();
+        downs += conc.windows(2).filter(|w| w[1] < w[0]).count();
+        assert_eq!(ours.lines().count(), trace.len());
+        assert_eq!(expected.lines().count(), trace.len());
+        compared += trace.len();
+    }
+    assert_eq!(compared, 24 * 400);
+    // The traces exercise both directions of the concurrency rule.
+    assert!(ups > 50 && downs > 50, "ups {ups}, downs {downs}");
+}
+
+/// The layer applies exactly what the policy computes: requests one after
+/// another, each with a latency from a trace, leave the slot with the
+/// replayed delay and concurrency after every response.
+#[tokio::test(start_paused = true)]
+async fn the_layer_applies_the_policy_exactly() {
+    let mut rng = Rng::new(7);
+    let policy = Scrapy2012::default()
+        .start_delay(Duration::from_millis(800))
+        .check_period(4)
+        .max_concurrency(3);
+    let layer = AutoThrottleLayer::new(Config::builder().policy(policy.clone()).build().unwrap());
+    let recorder = Recorder::default();
+    let mut svc = layer.layer(server(recorder));
+    let mut model = policy.make_policy(&SlotKey::new("model"));
+    for i in 0..120 {
+        let latency_ms = if rng.below(15) == 0 {
+            0
+        } else {
+            1 + rng.below(2_000)
+        };
+        let status = *rng.pick(&[200u16, 200, 200, 404, 503]);
+        let mut req = request("http://a.test/", i, latency_ms);
+        req.headers_mut().insert("x-status", status.into());
+        let response = svc.ready().await.unwrap().call(req).await.unwrap();
+        drop(response);
+        let expected = model.on_sample(&Sample::new(
+            Duration::from_millis(latency_ms),
+            StatusCode::from_u16(status).unwrap(),
+        ));
+        let snap = layer.slot("http://a.test").unwrap();
+        assert_eq!(snap.delay, expected.delay(), "after response {i}");
+        assert_eq!(
+            snap.concurrency,
+            expected.concurrency(),
+            "after response {i}"
+        );
+    }
+}
