@@ -82,3 +82,7 @@ pub use key::{DownloadSlot, KeyFn, SlotKey};
 pub use layer::AutoThrottleLayer;
 pub use service::AutoThrottle;
 pub use slot::SlotSnapshot;
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
