@@ -1,13 +1,16 @@
 //! Configuration of the layer, checked once when it is built.
 
 use std::borrow::Cow;
+use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::request::Parts;
 
+use crate::classify::ErrorClassifier;
 use crate::key::{KeyFn, SlotKey};
-use crate::policy::{MakePolicy, Scrapy2012};
+use crate::policy::{MakePolicy, Outcome, Scrapy2012};
 
 /// How an [`AutoThrottleLayer`](crate::AutoThrottleLayer) throttles.
 ///
@@ -20,12 +23,20 @@ use crate::policy::{MakePolicy, Scrapy2012};
 /// | [`key_fn`](ConfigBuilder::key_fn) | by authority | `download_slot` meta, `CONCURRENT_REQUESTS_PER_IP` |
 /// | [`max_pending`](ConfigBuilder::max_pending) | unbounded | `CONCURRENT_REQUESTS` |
 /// | [`debug`](ConfigBuilder::debug) | off | `AUTOTHROTTLE_DEBUG` |
+/// | [`max_retry_after`](ConfigBuilder::max_retry_after) | 10 min | |
+/// | [`jitter`](ConfigBuilder::jitter) | 0 (off) | `DOWNLOAD_DELAY_JITTER` (`RANDOMIZE_DOWNLOAD_DELAY`) |
+/// | [`seed`](ConfigBuilder::seed) | 0 | |
+/// | [`error_classifier`](ConfigBuilder::error_classifier) | [`classify_error`](crate::classify_error) | |
 #[derive(Clone)]
 pub struct Config {
     pub(crate) policy: Arc<dyn MakePolicy>,
     pub(crate) key_fn: Option<KeyFn>,
     pub(crate) max_pending: Option<usize>,
     pub(crate) debug: bool,
+    pub(crate) max_retry_after: Duration,
+    pub(crate) jitter: f64,
+    pub(crate) seed: u64,
+    pub(crate) classifier: Option<ErrorClassifier>,
 }
 
 impl Default for Config {
@@ -35,6 +46,10 @@ impl Default for Config {
             key_fn: None,
             max_pending: None,
             debug: false,
+            max_retry_after: Duration::from_secs(600),
+            jitter: 0.0,
+            seed: 0,
+            classifier: None,
         }
     }
 }
@@ -46,6 +61,13 @@ impl fmt::Debug for Config {
             .field("key_fn", &self.key_fn.as_ref().map(|_| "Fn(&Parts)"))
             .field("max_pending", &self.max_pending)
             .field("debug", &self.debug)
+            .field("max_retry_after", &self.max_retry_after)
+            .field("jitter", &self.jitter)
+            .field("seed", &self.seed)
+            .field(
+                "error_classifier",
+                &self.classifier.as_ref().map(|_| "Fn(&dyn Error)"),
+            )
             .finish()
     }
 }
@@ -71,6 +93,11 @@ impl Config {
     /// Whether every adjustment is logged at `INFO` level.
     pub fn debug(&self) -> bool {
         self.debug
+    }
+
+    /// The longest pause a `Retry-After` may impose.
+    pub fn max_retry_after(&self) -> Duration {
+        self.max_retry_after
     }
 }
 
@@ -140,11 +167,50 @@ impl ConfigBuilder {
         self
     }
 
+    /// The longest pause a `Retry-After` (or an exhausted `RateLimit`
+    /// quota) may impose; longer ones are cut to it. Default 10 minutes.
+    pub fn max_retry_after(mut self, max: Duration) -> Self {
+        self.config.max_retry_after = max;
+        self
+    }
+
+    /// Randomizes each wait between two requests of a slot to
+    /// `delay × (1 + U(-jitter, jitter))`, like Scrapy's
+    /// `DOWNLOAD_DELAY_JITTER`; `jitter` is in `[0, 1]`, and 0 (the default)
+    /// turns it off. Scrapy's `RANDOMIZE_DOWNLOAD_DELAY = True` is 0.5.
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.config.jitter = jitter;
+        self
+    }
+
+    /// Seeds the jitter, so that runs can be reproduced.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.config.seed = seed;
+        self
+    }
+
+    /// Classifies the inner service's errors as overload (which lowers what
+    /// the slot allows) or not; the default is
+    /// [`classify_error`](crate::classify_error).
+    pub fn error_classifier<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&(dyn Error + 'static)) -> Outcome + Send + Sync + 'static,
+    {
+        self.config.classifier = Some(Arc::new(f));
+        self
+    }
+
     /// Checks the configuration.
     pub fn build(self) -> Result<Config, ConfigError> {
         self.config.policy.validate()?;
         if self.config.max_pending == Some(0) {
             return Err(ConfigError::new("max_pending", "must be at least 1"));
+        }
+        if !(0.0..=1.0).contains(&self.config.jitter) {
+            return Err(ConfigError::new(
+                "jitter",
+                format!("must be between 0 and 1, got {}", self.config.jitter),
+            ));
         }
         Ok(self.config)
     }

@@ -3,10 +3,11 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use http::{Response, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::sync::OwnedSemaphorePermit;
@@ -14,7 +15,13 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
+use crate::classify::classify_error;
 use crate::gate::{Permit, Waiting};
+use crate::headers;
+use crate::layer::Shared;
+use crate::policy::Outcome;
+use crate::slot::{Ended, Hints};
+use crate::BoxError;
 
 pin_project! {
     /// The future returned by [`AutoThrottle`](crate::AutoThrottle).
@@ -33,7 +40,7 @@ pin_project! {
     {
         #[pin]
         state: State<S, Req, S::Future>,
-        debug: bool,
+        shared: Arc<Shared>,
     }
 }
 
@@ -70,7 +77,7 @@ where
         service: S,
         request: Req,
         pending: Option<OwnedSemaphorePermit>,
-        debug: bool,
+        shared: Arc<Shared>,
     ) -> Self {
         ResponseFuture {
             state: State::Waiting {
@@ -79,7 +86,7 @@ where
                 request: Some(request),
                 pending,
             },
-            debug,
+            shared,
         }
     }
 }
@@ -87,9 +94,10 @@ where
 impl<S, Req, ResBody> Future for ResponseFuture<S, Req>
 where
     S: Service<Req, Response = Response<ResBody>>,
+    S::Error: Into<BoxError>,
     ResBody: Body,
 {
-    type Output = Result<Response<ThrottleBody<ResBody>>, S::Error>;
+    type Output = Result<Response<ThrottleBody<ResBody>>, BoxError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -117,8 +125,14 @@ where
                     request,
                 } => {
                     if let Err(error) = ready!(service.poll_ready(cx)) {
+                        let permit = permit.take().expect("the permit is taken only here");
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(error));
+                        return Poll::Ready(Err(failed(
+                            this.shared,
+                            &permit,
+                            Duration::ZERO,
+                            error,
+                        )));
                     }
                     let request = request.take().expect("the request is taken only here");
                     let permit = permit.take();
@@ -139,12 +153,22 @@ where
                     let latency = started.elapsed();
                     let permit = permit.take().expect("the permit is taken only here");
                     this.state.set(State::Done);
-                    // An error gives the place back (the permit drops here)
-                    // and leaves the policy alone, as Scrapy does for
-                    // download errors.
-                    let response = result?;
+                    let response = match result {
+                        Ok(response) => response,
+                        // The place is given back when the permit drops.
+                        Err(error) => {
+                            return Poll::Ready(Err(failed(this.shared, &permit, latency, error)));
+                        }
+                    };
                     let (parts, body) = response.into_parts();
-                    adjust(&permit, latency, parts.status, &body, *this.debug);
+                    adjust(
+                        this.shared,
+                        &permit,
+                        latency,
+                        parts.status,
+                        &parts.headers,
+                        &body,
+                    );
                     let body = ThrottleBody::new(body, permit);
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
@@ -154,33 +178,110 @@ where
     }
 }
 
-/// Feeds a response to its slot's policy and logs the adjustment.
-fn adjust<B: Body>(permit: &Permit, latency: Duration, status: StatusCode, body: &B, debug: bool) {
+/// Reports an inner error to its slot and boxes it.
+fn failed<E: Into<BoxError>>(
+    shared: &Shared,
+    permit: &Permit,
+    latency: Duration,
+    error: E,
+) -> BoxError {
+    let error: BoxError = error.into();
+    let outcome = match &shared.config.classifier {
+        Some(classify) => classify(&*error),
+        None => classify_error(&*error),
+    };
     let slot = permit.slot();
-    let adjustment = slot.on_response(latency, status);
-    let throttle = adjustment.throttle;
+    let ended = Ended {
+        latency,
+        status: None,
+        outcome,
+        seq: permit.seq(),
+        hints: Hints::default(),
+    };
+    let adjustment = slot.on_end(Instant::now(), ended);
+    tracing::debug!(
+        slot = %slot.key,
+        error = %error,
+        outcome = ?adjustment.outcome,
+        delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
+        concurrency = adjustment.limit,
+        "request failed",
+    );
+    error
+}
+
+/// Reads the server's hints from a response, warning about malformed ones.
+fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -> Hints {
+    let max = shared.config.max_retry_after;
+    let mut hints = Hints::default();
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        if let Some((value, date)) = headers::retry_after_of(headers) {
+            match headers::retry_after(value, date, SystemTime::now()) {
+                Ok(wait) if wait > max => {
+                    tracing::warn!(
+                        slot,
+                        ?wait,
+                        ?max,
+                        "Retry-After above max_retry_after: capped"
+                    );
+                    hints.retry_after = Some(max);
+                }
+                Ok(wait) => hints.retry_after = Some(wait),
+                Err(error) => tracing::warn!(slot, %error, "ignored"),
+            }
+        }
+    }
+    match headers::rate_limit(headers, max) {
+        Ok(limit) => hints.rate_limit = limit,
+        Err(error) => tracing::warn!(slot, %error, "ignored"),
+    }
+    hints
+}
+
+/// Feeds a response to its slot and logs the adjustment.
+fn adjust<B: Body>(
+    shared: &Shared,
+    permit: &Permit,
+    latency: Duration,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &B,
+) {
+    let slot = permit.slot();
+    let ended = Ended {
+        latency,
+        status: Some(status),
+        outcome: Outcome::of_status(status),
+        seq: permit.seq(),
+        hints: hints(shared, slot.key.as_str(), status, headers),
+    };
+    let adjustment = slot.on_end(Instant::now(), ended);
     let size = body.size_hint().exact();
     macro_rules! event {
         ($level:expr) => {
             tracing::event!(
                 $level,
                 slot = %slot.key,
-                concurrency = throttle.concurrency(),
-                delay_ms = throttle.delay_secs() * 1000.0,
+                concurrency = adjustment.limit,
+                delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
                 latency_ms = latency.as_secs_f64() * 1000.0,
                 size = size,
                 status = status.as_u16(),
+                outcome = ?adjustment.outcome,
                 changed = adjustment.changed,
                 "slot: {} | conc:{:2} | delay:{:5.0} ms | latency:{:5.0} ms | size:{:>6} bytes",
                 slot.key,
-                throttle.concurrency(),
-                throttle.delay_secs() * 1000.0,
+                adjustment.limit,
+                adjustment.delay.as_secs_f64() * 1000.0,
                 latency.as_secs_f64() * 1000.0,
                 size.map_or_else(|| "?".to_owned(), |s| s.to_string()),
             )
         };
     }
-    if debug {
+    if shared.config.debug {
         event!(tracing::Level::INFO);
     } else {
         event!(tracing::Level::DEBUG);

@@ -42,6 +42,8 @@ pub(crate) struct Waiting {
 /// requests, the global place), given back on drop.
 pub(crate) struct Permit {
     slot: Arc<Slot>,
+    /// The request's dispatch number in its slot (1 for the first).
+    seq: u64,
     _pending: Option<OwnedSemaphorePermit>,
 }
 
@@ -94,7 +96,9 @@ impl Waiting {
                         state.waiters.remove(&ticket);
                         state.in_flight += 1;
                         state.dispatched += 1;
-                        state.last_dispatch = Some(now);
+                        let seq = state.dispatched;
+                        let previous = state.last_dispatch.replace(now);
+                        state.signals.on_dispatch(now, previous);
                         // The next request is now the head: it has to start
                         // its own wait for spacing.
                         let next = state.take_head_waker();
@@ -106,6 +110,7 @@ impl Waiting {
                         self.sleep = None;
                         return Poll::Ready(Permit {
                             slot: Arc::clone(&self.slot),
+                            seq,
                             _pending: pending.take(),
                         });
                     }
@@ -141,17 +146,18 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
     if state.waiters.keys().next() != Some(&ticket) {
         return Decision::Wait;
     }
-    if state.in_flight >= state.limit {
+    let (delay, limit) = state.signals.effective(&state.throttle, now);
+    if state.in_flight >= limit {
         return Decision::Wait;
     }
-    match state.last_dispatch {
-        Some(last) => match last.checked_add(state.delay) {
-            Some(deadline) if deadline <= now => Decision::Admit,
-            Some(deadline) => Decision::WaitUntil(deadline),
-            // A delay too large to represent: wait as long as tokio can.
-            None => Decision::WaitUntil(far_future(now)),
-        },
-        None => Decision::Admit,
+    let spaced = state.last_dispatch.map(|last| {
+        last.checked_add(state.signals.gap(delay))
+            .unwrap_or_else(|| far_future(now))
+    });
+    let paused = state.signals.paused_until;
+    match spaced.into_iter().chain(paused).max() {
+        Some(deadline) if deadline > now => Decision::WaitUntil(deadline),
+        _ => Decision::Admit,
     }
 }
 
@@ -183,6 +189,11 @@ impl Permit {
     /// The slot this place belongs to.
     pub(crate) fn slot(&self) -> &Arc<Slot> {
         &self.slot
+    }
+
+    /// The request's dispatch number in its slot.
+    pub(crate) fn seq(&self) -> u64 {
+        self.seq
     }
 }
 

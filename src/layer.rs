@@ -2,11 +2,13 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
 use crate::config::Config;
+use crate::key::SlotKey;
 use crate::service::AutoThrottle;
 use crate::slot::{SlotSnapshot, SlotTable};
 
@@ -50,7 +52,7 @@ impl AutoThrottleLayer {
             .map(|max| Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))));
         AutoThrottleLayer {
             shared: Arc::new(Shared {
-                table: SlotTable::new(Arc::clone(&config.policy)),
+                table: SlotTable::new(Arc::clone(&config.policy), config.jitter, config.seed),
                 config,
                 pending,
             }),
@@ -70,6 +72,24 @@ impl AutoThrottleLayer {
     /// A snapshot of one slot, if it exists.
     pub fn slot(&self, key: &str) -> Option<SlotSnapshot> {
         self.shared.table.snapshot(key)
+    }
+
+    /// Sets a floor under the slot's delay (for a robots.txt `Crawl-delay`,
+    /// say), or lifts it with `None`. The slot is created if it does not
+    /// exist yet, so the floor holds from its first request; it binds the
+    /// next dispatch, even for requests already waiting.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_autothrottle::{AutoThrottleLayer, Config};
+    ///
+    /// let layer = AutoThrottleLayer::new(Config::default());
+    /// layer.set_delay_floor("https://example.com", Some(Duration::from_secs(10)));
+    /// assert_eq!(layer.slot("https://example.com").unwrap().delay_floor, Duration::from_secs(10));
+    /// ```
+    pub fn set_delay_floor(&self, key: impl Into<SlotKey>, floor: Option<Duration>) {
+        let slot = self.shared.table.slot(key.into());
+        slot.set_floor(floor.unwrap_or(Duration::ZERO));
     }
 }
 

@@ -66,22 +66,29 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod body;
+mod classify;
 mod config;
 pub mod future;
 mod gate;
+pub mod headers;
 pub mod key;
 mod layer;
 pub mod policy;
 mod service;
+mod signals;
 mod slot;
 
 pub use body::ThrottleBody;
+pub use classify::{classify_error, ErrorClassifier};
 pub use config::{Config, ConfigBuilder, ConfigError};
 pub use future::ResponseFuture;
 pub use key::{DownloadSlot, KeyFn, SlotKey};
 pub use layer::AutoThrottleLayer;
 pub use service::AutoThrottle;
 pub use slot::SlotSnapshot;
+
+/// The error type of [`AutoThrottle`]: the inner service's error, boxed.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -16,6 +16,7 @@ use crate::gate::Waiting;
 use crate::key::key_for;
 use crate::layer::{AutoThrottleLayer, Shared};
 use crate::slot::SlotSnapshot;
+use crate::BoxError;
 
 /// Throttles requests per slot with an adaptive delay and concurrency limit.
 ///
@@ -40,6 +41,14 @@ use crate::slot::SlotSnapshot;
 ///
 /// Requests in different slots never wait for each other, except for the
 /// global bound, which counts every queued and in-flight request.
+///
+/// # Errors
+///
+/// The inner service's errors are passed through, boxed as a [`BoxError`]
+/// (downcast to get the original back); the layer adds none of its own. On
+/// the way, each is classified (see [`classify_error`](crate::classify_error)):
+/// a timeout or a refused or reset connection counts as an overload of the
+/// slot.
 pub struct AutoThrottle<S> {
     inner: S,
     shared: Arc<Shared>,
@@ -99,10 +108,11 @@ impl<S> AutoThrottle<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for AutoThrottle<S>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    S::Error: Into<BoxError>,
     ResBody: Body,
 {
     type Response = Response<crate::body::ThrottleBody<ResBody>>;
-    type Error = S::Error;
+    type Error = BoxError;
     type Future = ResponseFuture<S, Request<ReqBody>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -140,7 +150,7 @@ where
             self.inner.clone(),
             request,
             pending,
-            self.shared.config.debug,
+            Arc::clone(&self.shared),
         )
     }
 }

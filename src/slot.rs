@@ -20,8 +20,10 @@ use dashmap::DashMap;
 use http::StatusCode;
 use tokio::time::Instant;
 
+use crate::headers::RateLimit;
 use crate::key::SlotKey;
-use crate::policy::{MakePolicy, Policy, Sample, Throttle};
+use crate::policy::{MakePolicy, Outcome, Policy, Sample, Throttle};
+use crate::signals::Signals;
 
 /// What one slot looks like at one moment, from
 /// [`AutoThrottleLayer::slots`](crate::AutoThrottleLayer::slots).
@@ -46,6 +48,15 @@ pub struct SlotSnapshot {
     pub dispatched: u64,
     /// Responses received so far.
     pub responses: u64,
+    /// No request of the slot is dispatched before this instant
+    /// (`Retry-After`, an exhausted `RateLimit` quota).
+    pub paused_until: Option<Instant>,
+    /// The delay floor set with
+    /// [`AutoThrottleLayer::set_delay_floor`](crate::AutoThrottleLayer::set_delay_floor).
+    pub delay_floor: Duration,
+    /// Overload events reacted to (repeats from requests already in flight
+    /// not counted).
+    pub overloads: u64,
 }
 
 /// All slots, by key; shared by a layer and every service made from it.
@@ -53,13 +64,17 @@ pub struct SlotSnapshot {
 pub(crate) struct SlotTable {
     slots: DashMap<SlotKey, Arc<Slot>>,
     policy: Arc<dyn MakePolicy>,
+    jitter: f64,
+    seed: u64,
 }
 
 impl SlotTable {
-    pub(crate) fn new(policy: Arc<dyn MakePolicy>) -> Self {
+    pub(crate) fn new(policy: Arc<dyn MakePolicy>, jitter: f64, seed: u64) -> Self {
         SlotTable {
             slots: DashMap::new(),
             policy,
+            jitter,
+            seed,
         }
     }
 
@@ -70,7 +85,8 @@ impl SlotTable {
         }
         let slot = self.slots.entry(key.clone()).or_insert_with(|| {
             let policy = self.policy.make_policy(&key);
-            Arc::new(Slot::new(key, policy))
+            let signals = Signals::new(self.jitter, self.seed ^ fnv1a(key.as_str()));
+            Arc::new(Slot::new(key, policy, signals))
         });
         Arc::clone(&slot)
     }
@@ -100,10 +116,10 @@ pub(crate) struct Slot {
 #[derive(Debug)]
 pub(crate) struct SlotState {
     policy: Box<dyn Policy>,
-    /// The delay in force, from the policy's last answer.
-    pub(crate) delay: Duration,
-    /// The limit in force, from the policy's last answer, at least 1.
-    pub(crate) limit: usize,
+    /// The policy's last answer.
+    pub(crate) throttle: Throttle,
+    /// What the layer adds on top of the policy.
+    pub(crate) signals: Signals,
     pub(crate) in_flight: usize,
     pub(crate) last_dispatch: Option<Instant>,
     /// Waiting requests by ticket; the first entry is the head of the queue.
@@ -118,18 +134,37 @@ pub(crate) struct SlotState {
 /// What a response did to its slot, for logging.
 #[derive(Debug)]
 pub(crate) struct Adjustment {
-    pub(crate) throttle: Throttle,
+    pub(crate) delay: Duration,
+    pub(crate) limit: usize,
+    pub(crate) outcome: Outcome,
     pub(crate) changed: bool,
 }
 
+/// The server's hints read from a response.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Hints {
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) rate_limit: Option<RateLimit>,
+}
+
+/// How a request ended, as reported to its slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    pub(crate) latency: Duration,
+    pub(crate) status: Option<StatusCode>,
+    pub(crate) outcome: Outcome,
+    pub(crate) seq: u64,
+    pub(crate) hints: Hints,
+}
+
 impl Slot {
-    fn new(key: SlotKey, policy: Box<dyn Policy>) -> Self {
+    fn new(key: SlotKey, policy: Box<dyn Policy>, signals: Signals) -> Self {
         let throttle = policy.throttle();
         Slot {
             key,
             state: Mutex::new(SlotState {
-                delay: throttle.delay(),
-                limit: throttle.concurrency().max(1),
+                throttle,
+                signals,
                 policy,
                 in_flight: 0,
                 last_dispatch: None,
@@ -150,32 +185,74 @@ impl Slot {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Feeds a response to the policy and applies its answer.
-    pub(crate) fn on_response(&self, latency: Duration, status: StatusCode) -> Adjustment {
+    /// Takes in how a request ended: the layer's signals first, then the
+    /// policy, and applies the result.
+    pub(crate) fn on_end(&self, now: Instant, ended: Ended) -> Adjustment {
         let (adjustment, wake) = {
             let mut state = self.lock();
-            state.responses += 1;
-            state.last_latency = Some(latency);
-            state.last_status = Some(status);
-            let sample = Sample::new(latency, status).with_in_flight(state.in_flight);
-            let throttle = state.policy.on_sample(&sample);
-            let (delay, limit) = (throttle.delay(), throttle.concurrency().max(1));
-            let changed = delay != state.delay || limit != state.limit;
-            state.delay = delay;
-            state.limit = limit;
-            // A new delay or limit may let the head of the queue go sooner,
-            // or later: let it look again.
+            let state = &mut *state;
+            if ended.status.is_some() {
+                state.responses += 1;
+                state.last_latency = Some(ended.latency);
+                state.last_status = ended.status;
+            }
+            let before = (
+                state.signals.effective(&state.throttle, now),
+                state.signals.paused_until,
+            );
+            let reaction = state.signals.on_outcome(
+                now,
+                ended.outcome,
+                ended.seq,
+                state.dispatched,
+                &state.throttle,
+            );
+            if let Some(wait) = ended.hints.retry_after {
+                state.signals.retry_after(now, wait);
+            }
+            if let Some(limit) = ended.hints.rate_limit {
+                state.signals.rate_limit(now, limit);
+            }
+            let sample = match ended.status {
+                Some(status) => Sample::new(ended.latency, status),
+                None => Sample::error(ended.latency.as_secs_f64(), ended.outcome),
+            }
+            .with_outcome(reaction.outcome)
+            .with_in_flight(state.in_flight);
+            state.throttle = state.policy.on_sample(&sample);
+            let (delay, limit) = state.signals.effective(&state.throttle, now);
+            let changed = before != ((delay, limit), state.signals.paused_until);
+            // A new delay, limit or pause may let the head of the queue go
+            // sooner, or later: let it look again.
             let wake = if changed {
                 state.take_head_waker()
             } else {
                 None
             };
-            (Adjustment { throttle, changed }, wake)
+            let adjustment = Adjustment {
+                delay,
+                limit,
+                outcome: reaction.outcome,
+                changed,
+            };
+            (adjustment, wake)
         };
         if let Some(waker) = wake {
             waker.wake();
         }
         adjustment
+    }
+
+    /// Sets or lifts the slot's delay floor.
+    pub(crate) fn set_floor(&self, floor: Duration) {
+        let wake = {
+            let mut state = self.lock();
+            state.signals.floor = floor;
+            state.take_head_waker()
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
     }
 
     /// Gives back one in-flight place.
@@ -192,18 +269,30 @@ impl Slot {
 
     fn snapshot(&self) -> SlotSnapshot {
         let state = self.lock();
+        let now = Instant::now();
+        let (delay, concurrency) = state.signals.effective(&state.throttle, now);
         SlotSnapshot {
             key: self.key.clone(),
-            delay: state.delay,
-            concurrency: state.limit,
+            delay,
+            concurrency,
             in_flight: state.in_flight,
             queued: state.waiters.len(),
             last_latency: state.last_latency,
             last_status: state.last_status,
             dispatched: state.dispatched,
             responses: state.responses,
+            paused_until: state.signals.paused_until.filter(|p| *p > now),
+            delay_floor: state.signals.floor,
+            overloads: state.signals.overloads,
         }
     }
+}
+
+/// FNV-1a, to give each slot its own jitter sequence from one seed.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 impl SlotState {

@@ -263,7 +263,7 @@ async fn an_inner_readiness_error_frees_the_place() {
         .call(request("http://a.test/", 0, 0))
         .await
         .unwrap_err();
-    assert_eq!(err, "not ready");
+    assert_eq!(err.to_string(), "not ready");
     assert_eq!(slot(&layer, "http://a.test"), (0, 0));
 }
 

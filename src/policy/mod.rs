@@ -39,16 +39,57 @@ mod scrapy2012;
 pub use replay::replay;
 pub use scrapy2012::Scrapy2012;
 
-/// One observation fed to a policy: a response's latency and status.
+/// How a request ended, as the layer classifies it (after Netflix's
+/// concurrency-limits): a usable latency sample, a sign of overload, or
+/// neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A response the server really served: any status but 429, 503 and
+    /// the other 5xx.
+    Success,
+    /// The server is overloaded or refusing work: a 429 or 503 response, a
+    /// timeout, or a connection refused or reset.
+    Overload,
+    /// Neither: another 5xx, or an error that says nothing about load. Also
+    /// used for an overload already reacted to (a 429 to a request that was
+    /// in flight when an earlier 429 arrived counts once).
+    Ignore,
+}
+
+impl Outcome {
+    /// The outcome of a response with this status.
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tower_autothrottle::policy::Outcome;
+    ///
+    /// assert_eq!(Outcome::of_status(StatusCode::NOT_FOUND), Outcome::Success);
+    /// assert_eq!(Outcome::of_status(StatusCode::TOO_MANY_REQUESTS), Outcome::Overload);
+    /// assert_eq!(Outcome::of_status(StatusCode::SERVICE_UNAVAILABLE), Outcome::Overload);
+    /// assert_eq!(Outcome::of_status(StatusCode::BAD_GATEWAY), Outcome::Ignore);
+    /// ```
+    pub fn of_status(status: StatusCode) -> Self {
+        match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => Outcome::Overload,
+            s if s.is_server_error() => Outcome::Ignore,
+            _ => Outcome::Success,
+        }
+    }
+}
+
+/// One observation fed to a policy: how long a request took, its status if a
+/// response came, its [`Outcome`], and the slot's requests in flight.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     latency: f64,
-    status: StatusCode,
+    status: Option<StatusCode>,
+    outcome: Outcome,
     in_flight: usize,
 }
 
 impl Sample {
-    /// A response whose head arrived `latency` after the request was sent.
+    /// A response whose head arrived `latency` after the request was sent;
+    /// its outcome follows from the status ([`Outcome::of_status`]).
     pub fn new(latency: Duration, status: StatusCode) -> Self {
         Sample::from_secs_f64(latency.as_secs_f64(), status)
     }
@@ -60,15 +101,33 @@ impl Sample {
     pub fn from_secs_f64(latency: f64, status: StatusCode) -> Self {
         Sample {
             latency,
-            status,
+            status: Some(status),
+            outcome: Outcome::of_status(status),
             in_flight: 0,
         }
     }
 
-    /// Sets how many requests of the slot were in flight when this response
-    /// arrived (this one included).
+    /// A request that got no response (a timeout, a connection error, …)
+    /// after `latency` seconds, with the layer's classification.
+    pub fn error(latency: f64, outcome: Outcome) -> Self {
+        Sample {
+            latency,
+            status: None,
+            outcome,
+            in_flight: 0,
+        }
+    }
+
+    /// Sets how many requests of the slot were in flight when this request
+    /// ended (this one included).
     pub fn with_in_flight(mut self, in_flight: usize) -> Self {
         self.in_flight = in_flight;
+        self
+    }
+
+    /// Replaces the outcome (the layer marks repeated overloads `Ignore`).
+    pub fn with_outcome(mut self, outcome: Outcome) -> Self {
+        self.outcome = outcome;
         self
     }
 
@@ -77,12 +136,17 @@ impl Sample {
         self.latency
     }
 
-    /// The response status.
-    pub fn status(&self) -> StatusCode {
+    /// The response status, if a response came.
+    pub fn status(&self) -> Option<StatusCode> {
         self.status
     }
 
-    /// Requests of the slot in flight when the response arrived, this one
+    /// How the request ended.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Requests of the slot in flight when the request ended, this one
     /// included (0 when unknown, as in a replayed trace).
     pub fn in_flight(&self) -> usize {
         self.in_flight

@@ -189,10 +189,13 @@ impl Policy for Scrapy2012State {
 
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let latency = sample.latency_secs();
-        // The original skips a response without a latency or with a zero one.
-        if latency != 0.0 && !latency.is_nan() {
-            self.adjust_delay(latency, sample.status());
-            self.check_concurrency(latency);
+        // The original sees responses only (download errors never reach
+        // it), and skips one without a latency or with a zero one.
+        if let Some(status) = sample.status() {
+            if latency != 0.0 && !latency.is_nan() {
+                self.adjust_delay(latency, status);
+                self.check_concurrency(latency);
+            }
         }
         self.throttle()
     }

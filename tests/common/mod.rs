@@ -179,7 +179,8 @@ pub fn request(uri: &str, id: u64, latency_ms: u64) -> Request<String> {
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The test "server": records the dispatch, sleeps `x-latency-ms`, answers
-/// with `x-status` (default 200); `x-fail: 1` answers an error instead,
+/// with `x-status` (default 200) and, for each `x-reply-NAME` header, a
+/// `NAME` header with the same value; `x-fail: 1` answers an error instead,
 /// `x-panic: 1` panics, `x-stream: 1` answers a body that never ends on its
 /// own (its sender is leaked into the recorder-less void until dropped).
 pub fn server(
@@ -244,10 +245,13 @@ pub fn server(
             } else {
                 TestBody::ready(&["hello"], Some(place))
             };
-            Ok(Response::builder()
-                .status(StatusCode::from_u16(status).unwrap())
-                .body(body)
-                .unwrap())
+            let mut response = Response::builder().status(StatusCode::from_u16(status).unwrap());
+            for (name, value) in req.headers() {
+                if let Some(reply) = name.as_str().strip_prefix("x-reply-") {
+                    response = response.header(reply, value.clone());
+                }
+            }
+            Ok(response.body(body).unwrap())
         }
     })
 }

@@ -1,0 +1,349 @@
+//! What the layer adds on top of any policy: server signals, overload
+//! backoff, a delay floor and jitter.
+//!
+//! This is a plain state machine: every method takes the current time as an
+//! argument and none reads a clock, so it can be tested exactly.
+//!
+//! The slot's effective throttle is
+//!
+//! ```text
+//! delay = max(policy delay, floor, rate-limit spacing, overload backoff delay) × jitter
+//! limit = min(policy limit, overload cap), at least 1
+//! no dispatch before the pause deadline (Retry-After, an exhausted RateLimit quota)
+//! ```
+//!
+//! **Overload backoff.** An overload (a 429 or 503, a timeout, a refused or
+//! reset connection) that is *new*, that is, from a request dispatched after
+//! the last reaction, halves the slot's concurrency (a cap on what the
+//! policy allows) and sets a backoff delay of twice the larger of the
+//! current delay and the recent spacing between dispatches (at least
+//! [`MIN_BACKOFF`], at most [`MAX_BACKOFF`]), so the request rate halves.
+//! Overloads answered to requests already in flight at that moment count as
+//! the same event. Each success then shrinks the backoff delay by 1/64, so
+//! the rate climbs back over about 45 successes per halving, and grows the
+//! cap by one every `cap` successes until the policy's own limit binds
+//! again.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::headers::RateLimit;
+use crate::policy::{Outcome, Throttle};
+
+/// The smallest backoff delay an overload sets.
+pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// The largest backoff delay an overload sets.
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Below this, a decaying backoff delay is dropped.
+const BACKOFF_GONE: Duration = Duration::from_micros(100);
+
+/// What the layer knows about a slot beyond its policy.
+#[derive(Debug, Clone)]
+pub(crate) struct Signals {
+    /// No dispatch before this instant (Retry-After, exhausted quota).
+    pub(crate) paused_until: Option<Instant>,
+    /// Rate-limit pacing and when it expires.
+    rate_spacing: Duration,
+    rate_until: Option<Instant>,
+    /// Overload backoff: a delay, and a cap on the concurrency limit.
+    backoff_delay: Duration,
+    cap: Option<usize>,
+    cap_credit: usize,
+    /// Requests dispatched before or at this sequence number were in flight
+    /// at the last overload reaction.
+    overload_seq: Option<u64>,
+    /// A smoothed spacing between dispatches, for sizing the backoff.
+    interval: Option<Duration>,
+    pub(crate) floor: Duration,
+    jitter: f64,
+    rng: u64,
+    /// The jitter factor drawn at the last dispatch.
+    factor: f64,
+    pub(crate) overloads: u64,
+}
+
+/// What an outcome did to the slot, for the policy and for logging.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Reaction {
+    /// The outcome the policy should see (a repeated overload is `Ignore`).
+    pub(crate) outcome: Outcome,
+    /// Whether the delay, limit or pause changed.
+    pub(crate) changed: bool,
+}
+
+impl Signals {
+    pub(crate) fn new(jitter: f64, seed: u64) -> Self {
+        Signals {
+            paused_until: None,
+            rate_spacing: Duration::ZERO,
+            rate_until: None,
+            backoff_delay: Duration::ZERO,
+            cap: None,
+            cap_credit: 0,
+            overload_seq: None,
+            interval: None,
+            floor: Duration::ZERO,
+            jitter,
+            rng: seed,
+            factor: 1.0,
+            overloads: 0,
+        }
+    }
+
+    /// The effective delay and limit at `now`, given the policy's answer.
+    pub(crate) fn effective(&self, policy: &Throttle, now: Instant) -> (Duration, usize) {
+        let mut delay = policy.delay().max(self.floor).max(self.backoff_delay);
+        if self.rate_until.is_some_and(|until| now < until) {
+            delay = delay.max(self.rate_spacing);
+        }
+        let mut limit = policy.concurrency().max(1);
+        if let Some(cap) = self.cap {
+            limit = limit.min(cap.max(1));
+        }
+        (delay, limit)
+    }
+
+    /// The gap required after the last dispatch, with jitter applied.
+    pub(crate) fn gap(&self, delay: Duration) -> Duration {
+        if self.factor == 1.0 {
+            delay
+        } else {
+            delay.mul_f64(self.factor)
+        }
+    }
+
+    /// Called at each dispatch: tracks the spacing and draws the next
+    /// jitter factor.
+    pub(crate) fn on_dispatch(&mut self, now: Instant, previous: Option<Instant>) {
+        if let Some(previous) = previous {
+            let gap = now.saturating_duration_since(previous);
+            self.interval = Some(match self.interval {
+                Some(i) => (i * 7 + gap) / 8,
+                None => gap,
+            });
+        }
+        if self.jitter > 0.0 {
+            let u = next_unit(&mut self.rng);
+            self.factor = (1.0 + self.jitter * (2.0 * u - 1.0)).max(0.0);
+        }
+    }
+
+    /// Takes in how a request ended. `seq` is the request's dispatch number
+    /// and `dispatched` the slot's count of dispatches so far.
+    pub(crate) fn on_outcome(
+        &mut self,
+        now: Instant,
+        outcome: Outcome,
+        seq: u64,
+        dispatched: u64,
+        policy: &Throttle,
+    ) -> Reaction {
+        match outcome {
+            Outcome::Overload => {
+                if self.overload_seq.is_some_and(|last| seq <= last) {
+                    // In flight when we last reacted: the same event.
+                    return Reaction {
+                        outcome: Outcome::Ignore,
+                        changed: false,
+                    };
+                }
+                self.overloads += 1;
+                self.overload_seq = Some(dispatched);
+                let (delay, limit) = self.effective(policy, now);
+                let base = delay.max(self.interval.unwrap_or(Duration::ZERO));
+                self.backoff_delay = (base * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                let cap = (limit / 2).max(1);
+                self.cap = Some(cap);
+                self.cap_credit = 0;
+                Reaction {
+                    outcome,
+                    changed: true,
+                }
+            }
+            Outcome::Success => {
+                let mut changed = false;
+                if !self.backoff_delay.is_zero() {
+                    self.backoff_delay -= self.backoff_delay / 64;
+                    if self.backoff_delay < BACKOFF_GONE {
+                        self.backoff_delay = Duration::ZERO;
+                    }
+                    changed = true;
+                }
+                if let Some(cap) = self.cap {
+                    self.cap_credit += 1;
+                    if self.cap_credit >= cap {
+                        self.cap_credit = 0;
+                        changed = true;
+                        self.cap = if cap + 1 >= policy.concurrency() {
+                            None
+                        } else {
+                            Some(cap + 1)
+                        };
+                    }
+                }
+                Reaction { outcome, changed }
+            }
+            Outcome::Ignore => Reaction {
+                outcome,
+                changed: false,
+            },
+        }
+    }
+
+    /// A `Retry-After` wait: no dispatch before `now + wait`.
+    pub(crate) fn retry_after(&mut self, now: Instant, wait: Duration) -> bool {
+        if wait.is_zero() {
+            return false;
+        }
+        let until = now.checked_add(wait).unwrap_or(now + MAX_BACKOFF);
+        if self.paused_until.is_some_and(|p| p >= until) {
+            return false;
+        }
+        self.paused_until = Some(until);
+        true
+    }
+
+    /// The pacing asked by the rate-limit fields of a response.
+    pub(crate) fn rate_limit(&mut self, now: Instant, limit: RateLimit) -> bool {
+        match limit {
+            RateLimit::Exhausted { reset } => self.retry_after(now, reset),
+            RateLimit::Pace { spacing, valid_for } => {
+                self.rate_spacing = spacing;
+                self.rate_until = now.checked_add(valid_for);
+                true
+            }
+        }
+    }
+
+    /// The current backoff delay and cap.
+    #[cfg(test)]
+    pub(crate) fn backoff(&self) -> (Duration, Option<usize>) {
+        (self.backoff_delay, self.cap)
+    }
+}
+
+/// SplitMix64: a small, seeded generator, uniform in [0, 1).
+fn next_unit(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn policy(delay_ms: u64, limit: usize) -> Throttle {
+        Throttle::new(delay_ms as f64 / 1000.0, limit)
+    }
+
+    #[test]
+    fn an_overload_halves_the_limit_and_doubles_the_spacing_once() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        let p = policy(100, 8);
+        // Dispatches 100 ms apart.
+        s.on_dispatch(t0, None);
+        s.on_dispatch(t0 + 100 * MS, Some(t0));
+        let r = s.on_outcome(t0 + 150 * MS, Outcome::Overload, 2, 10, &p);
+        assert_eq!(
+            r,
+            Reaction {
+                outcome: Outcome::Overload,
+                changed: true
+            }
+        );
+        assert_eq!(s.effective(&p, t0), (200 * MS, 4));
+        // Requests 3..=10 were in flight: their overloads are the same event.
+        for seq in 3..=10 {
+            let r = s.on_outcome(t0 + 160 * MS, Outcome::Overload, seq, 10, &p);
+            assert_eq!(r.outcome, Outcome::Ignore);
+        }
+        assert_eq!(s.effective(&p, t0), (200 * MS, 4));
+        assert_eq!(s.overloads, 1);
+        // A later request's overload is a new event.
+        s.on_outcome(t0 + 500 * MS, Outcome::Overload, 11, 12, &p);
+        assert_eq!(s.effective(&p, t0), (400 * MS, 2));
+    }
+
+    #[test]
+    fn successes_decay_the_backoff_and_lift_the_cap() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        let p = policy(0, 4);
+        s.on_outcome(t0, Outcome::Overload, 1, 1, &p);
+        assert_eq!(s.effective(&p, t0), (MIN_BACKOFF, 2));
+        // Two successes at cap 2 -> cap 3; three more -> cap 4 = the
+        // policy's limit, so the cap goes.
+        for _ in 0..2 {
+            s.on_outcome(t0, Outcome::Success, 2, 2, &p);
+        }
+        assert_eq!(s.effective(&p, t0).1, 3);
+        for _ in 0..3 {
+            s.on_outcome(t0, Outcome::Success, 2, 2, &p);
+        }
+        assert_eq!(s.backoff().1, None);
+        let mut n = 5;
+        while !s.backoff().0.is_zero() {
+            s.on_outcome(t0, Outcome::Success, 2, 2, &p);
+            n += 1;
+        }
+        // 50 ms decays by 1/64 a success until below 0.1 ms.
+        assert!((390..420).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn retry_after_pauses_and_only_extends() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        assert!(s.retry_after(t0, Duration::from_secs(5)));
+        assert!(!s.retry_after(t0, Duration::from_secs(2)));
+        assert!(!s.retry_after(t0, Duration::ZERO));
+        assert_eq!(s.paused_until, Some(t0 + Duration::from_secs(5)));
+        assert!(s.retry_after(t0 + Duration::from_secs(1), Duration::from_secs(5)));
+        assert_eq!(s.paused_until, Some(t0 + Duration::from_secs(6)));
+    }
+
+    #[test]
+    fn rate_limit_pacing_expires() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        let p = policy(10, 4);
+        s.rate_limit(
+            t0,
+            RateLimit::Pace {
+                spacing: 500 * MS,
+                valid_for: Duration::from_secs(2),
+            },
+        );
+        assert_eq!(s.effective(&p, t0 + Duration::from_secs(1)).0, 500 * MS);
+        assert_eq!(s.effective(&p, t0 + Duration::from_secs(2)).0, 10 * MS);
+    }
+
+    #[test]
+    fn floor_and_jitter() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.5, 42);
+        s.floor = Duration::from_secs(1);
+        let p = policy(10, 4);
+        assert_eq!(s.effective(&p, t0).0, Duration::from_secs(1));
+        let mut factors = Vec::new();
+        for _ in 0..1000 {
+            s.on_dispatch(t0, None);
+            factors.push(s.gap(Duration::from_secs(1)).as_secs_f64());
+        }
+        assert!(factors.iter().all(|f| (0.5..=1.5).contains(f)));
+        let mean = factors.iter().sum::<f64>() / 1000.0;
+        assert!((mean - 1.0).abs() < 0.05, "{mean}");
+        // Seeded: the same seed draws the same factors.
+        let mut again = Signals::new(0.5, 42);
+        again.on_dispatch(t0, None);
+        assert_eq!(again.gap(Duration::from_secs(1)).as_secs_f64(), factors[0]);
+    }
+}
