@@ -29,7 +29,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::headers::RateLimit;
-use crate::policy::{Outcome, Throttle};
+use crate::policy::{next_unit, Outcome, Throttle};
 
 /// The smallest backoff delay an overload sets.
 pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -221,16 +221,6 @@ impl Signals {
     pub(crate) fn backoff(&self) -> (Duration, Option<usize>) {
         (self.backoff_delay, self.cap)
     }
-}
-
-/// SplitMix64: a small, seeded generator, uniform in [0, 1).
-fn next_unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]

@@ -85,7 +85,7 @@ impl SlotTable {
         }
         let slot = self.slots.entry(key.clone()).or_insert_with(|| {
             let policy = self.policy.make_policy(&key);
-            let signals = Signals::new(self.jitter, self.seed ^ fnv1a(key.as_str()));
+            let signals = Signals::new(self.jitter, self.seed ^ crate::policy::hash(key.as_str()));
             Arc::new(Slot::new(key, policy, signals))
         });
         Arc::clone(&slot)
@@ -287,14 +287,6 @@ impl Slot {
         }
     }
 }
-
-/// FNV-1a, to give each slot its own jitter sequence from one seed.
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 impl SlotState {
     /// Takes the waker of the request at the head of the queue, if any.
     pub(crate) fn take_head_waker(&mut self) -> Option<Waker> {

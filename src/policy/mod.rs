@@ -33,11 +33,19 @@ use http::StatusCode;
 use crate::config::ConfigError;
 use crate::key::SlotKey;
 
+mod aimd;
+mod gradient2;
 mod replay;
+mod scrapy;
 mod scrapy2012;
+mod vegas;
 
+pub use aimd::Aimd;
+pub use gradient2::Gradient2;
 pub use replay::replay;
+pub use scrapy::Scrapy;
 pub use scrapy2012::Scrapy2012;
+pub use vegas::Vegas;
 
 /// How a request ended, as the layer classifies it (after Netflix's
 /// concurrency-limits): a usable latency sample, a sign of overload, or
@@ -220,4 +228,56 @@ pub trait MakePolicy: fmt::Debug + Send + Sync + 'static {
 
     /// A fresh policy for the slot `key`.
     fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy>;
+}
+
+/// Netflix's `lg(L) = max(1, floor(log10 L))`.
+pub(crate) fn lg(limit: usize) -> usize {
+    if limit < 10 {
+        1
+    } else {
+        (limit as f64).log10().floor().max(1.0) as usize
+    }
+}
+
+pub(crate) fn check_limits(initial: usize, min: usize, max: usize) -> Result<(), ConfigError> {
+    if min < 1 {
+        return Err(ConfigError::new("min_limit", "must be at least 1"));
+    }
+    if max < min {
+        return Err(ConfigError::new(
+            "max_limit",
+            format!("must not be below the minimum ({min}), got {max}"),
+        ));
+    }
+    if initial < 1 {
+        return Err(ConfigError::new("initial_limit", "must be at least 1"));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_min_delay(min_delay: f64) -> Result<(), ConfigError> {
+    if !(min_delay.is_finite() && min_delay >= 0.0) {
+        return Err(ConfigError::new(
+            "min_delay",
+            format!("must be finite and not negative, got {min_delay}"),
+        ));
+    }
+    Ok(())
+}
+
+/// FNV-1a, to seed per-slot generators from a key.
+pub(crate) fn hash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// SplitMix64: a small seeded generator, uniform in [0, 1).
+pub(crate) fn next_unit(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -1,0 +1,242 @@
+//! Netflix's Gradient2 limit, per slot.
+
+use std::time::Duration;
+
+use super::{MakePolicy, Outcome, Policy, Sample, Throttle};
+use crate::config::ConfigError;
+use crate::key::SlotKey;
+
+/// Gradient-based limit, as Netflix concurrency-limits' `Gradient2Limit`
+/// (v0.5.4), with the delay held at `min_delay`.
+///
+/// Each success: `long` is an exponential average of the latency
+/// (`α = 2 / (long_window + 1)`, after a plain mean over the first 10
+/// samples); when `long / latency > 2`, `long` is cut by 5 %. If fewer than
+/// half the limit were in flight, nothing else changes. Otherwise
+///
+/// ```text
+/// gradient = clamp(rtt_tolerance × long / latency, 0.5, 1)
+/// L = (1 − smoothing)·L + smoothing·(L·gradient + queue_size)
+/// ```
+///
+/// kept within `[min_limit, max_limit]`.
+///
+/// Netflix's Gradient2 ignores drops; this one does not: an overload
+/// multiplies the limit by 0.9 (AIMD's backoff), within the same bounds.
+///
+/// | parameter | default |
+/// |---|---|
+/// | `initial_limit` | 20 |
+/// | `min_limit` | 20 |
+/// | `max_limit` | 200 |
+/// | `smoothing` | 0.2 |
+/// | `queue_size` | 4 |
+/// | `long_window` | 600 |
+/// | `rtt_tolerance` | 1.5 |
+/// | `min_delay` | 0 |
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradient2 {
+    initial_limit: usize,
+    min_limit: usize,
+    max_limit: usize,
+    smoothing: f64,
+    queue_size: usize,
+    long_window: usize,
+    rtt_tolerance: f64,
+    min_delay: f64,
+}
+
+impl Default for Gradient2 {
+    fn default() -> Self {
+        Gradient2 {
+            initial_limit: 20,
+            min_limit: 20,
+            max_limit: 200,
+            smoothing: 0.2,
+            queue_size: 4,
+            long_window: 600,
+            rtt_tolerance: 1.5,
+            min_delay: 0.0,
+        }
+    }
+}
+
+impl Gradient2 {
+    /// The name `replay --policy` knows this policy by.
+    pub const NAME: &'static str = "gradient2";
+
+    /// The limit of a new slot.
+    pub fn initial_limit(mut self, limit: usize) -> Self {
+        self.initial_limit = limit;
+        self
+    }
+    /// The lowest limit (at least 1).
+    pub fn min_limit(mut self, limit: usize) -> Self {
+        self.min_limit = limit;
+        self
+    }
+    /// The highest limit.
+    pub fn max_limit(mut self, limit: usize) -> Self {
+        self.max_limit = limit;
+        self
+    }
+    /// How much of each new estimate is taken, in `(0, 1]`.
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing;
+        self
+    }
+    /// How much the limit may grow per sample while latencies stay low.
+    pub fn queue_size(mut self, queue: usize) -> Self {
+        self.queue_size = queue;
+        self
+    }
+    /// The window of the long-term latency average, in samples.
+    pub fn long_window(mut self, window: usize) -> Self {
+        self.long_window = window;
+        self
+    }
+    /// How much latency above the long-term average is tolerated (≥ 1).
+    pub fn rtt_tolerance(mut self, tolerance: f64) -> Self {
+        self.rtt_tolerance = tolerance;
+        self
+    }
+    /// The delay, held constant.
+    pub fn min_delay(mut self, d: Duration) -> Self {
+        self.min_delay = d.as_secs_f64();
+        self
+    }
+    /// Like [`min_delay`](Self::min_delay), in seconds.
+    pub fn min_delay_secs(mut self, secs: f64) -> Self {
+        self.min_delay = secs;
+        self
+    }
+}
+
+impl MakePolicy for Gradient2 {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        super::check_limits(self.initial_limit, self.min_limit, self.max_limit)?;
+        if !(self.smoothing > 0.0 && self.smoothing <= 1.0) {
+            return Err(ConfigError::new("smoothing", "must be in (0, 1]"));
+        }
+        if self.long_window < 1 {
+            return Err(ConfigError::new("long_window", "must be at least 1"));
+        }
+        if !(self.rtt_tolerance.is_finite() && self.rtt_tolerance >= 1.0) {
+            return Err(ConfigError::new("rtt_tolerance", "must be at least 1.0"));
+        }
+        super::check_min_delay(self.min_delay)
+    }
+
+    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+        Box::new(Gradient2State {
+            limit: self.initial_limit.clamp(self.min_limit, self.max_limit) as f64,
+            long: 0.0,
+            long_count: 0,
+            long_sum: 0.0,
+            config: self.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Gradient2State {
+    limit: f64,
+    long: f64,
+    long_count: usize,
+    long_sum: f64,
+    config: Gradient2,
+}
+
+const WARMUP: usize = 10;
+
+impl Policy for Gradient2State {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(self.config.min_delay, self.limit as usize)
+    }
+
+    fn on_sample(&mut self, sample: &Sample) -> Throttle {
+        let c = &self.config;
+        let (min, max) = (c.min_limit as f64, c.max_limit as f64);
+        match sample.outcome() {
+            Outcome::Ignore => return self.throttle(),
+            Outcome::Overload => {
+                self.limit = (self.limit * 0.9).clamp(min, max);
+                return self.throttle();
+            }
+            Outcome::Success => {}
+        }
+        let rtt = sample.latency_secs();
+        if !(rtt > 0.0 && rtt.is_finite()) {
+            return self.throttle();
+        }
+        if self.long_count < WARMUP {
+            self.long_count += 1;
+            self.long_sum += rtt;
+            self.long = self.long_sum / self.long_count as f64;
+        } else {
+            let factor = 2.0 / (c.long_window as f64 + 1.0);
+            self.long = self.long * (1.0 - factor) + rtt * factor;
+        }
+        if self.long / rtt > 2.0 {
+            self.long *= 0.95;
+        }
+        if (sample.in_flight() as f64) < self.limit / 2.0 {
+            return self.throttle();
+        }
+        let gradient = (c.rtt_tolerance * self.long / rtt).clamp(0.5, 1.0);
+        let new = self.limit * gradient + c.queue_size as f64;
+        let new = self.limit * (1.0 - c.smoothing) + new * c.smoothing;
+        self.limit = new.clamp(min, max);
+        self.throttle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+
+    fn ok(latency: f64, in_flight: usize) -> Sample {
+        Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
+    }
+
+    #[test]
+    fn hand_computed_sequence() {
+        let mut p = Gradient2::default()
+            .min_limit(1)
+            .make_policy(&SlotKey::new("t"));
+        // 1: long = 0.1 (warm-up mean); gradient = clamp(1.5, ..) = 1;
+        //    L = 0.8*20 + 0.2*(20 + 4) = 20.8
+        assert_eq!(p.on_sample(&ok(0.1, 20)).concurrency(), 20);
+        // 2: long = (0.1 + 0.4) / 2 = 0.25; gradient = clamp(1.5*0.25/0.4) = 0.9375;
+        //    L = 0.8*20.8 + 0.2*(20.8*0.9375 + 4) = 16.64 + 4.7 = 21.34
+        assert_eq!(p.on_sample(&ok(0.4, 20)).concurrency(), 21);
+        // 3: app-limited (5 < 21.34 / 2): long = 0.2 (mean of 3), L unchanged.
+        assert_eq!(p.on_sample(&ok(0.1, 5)).concurrency(), 21);
+        // 4: long = (0.6 + 2.0) / 4 = 0.65; gradient = clamp(1.5*0.65/2) = 0.5;
+        //    L = 0.8*21.34 + 0.2*(21.34*0.5 + 4) = 17.072 + 2.934 = 20.006
+        assert_eq!(p.on_sample(&ok(2.0, 20)).concurrency(), 20);
+        // An overload: 20.006 * 0.9 = 18.005.
+        let overload = Sample::error(1.0, Outcome::Overload);
+        assert_eq!(p.on_sample(&overload).concurrency(), 18);
+    }
+
+    #[test]
+    fn long_rtt_is_cut_when_far_above_the_latency() {
+        let mut p = Gradient2State {
+            limit: 20.0,
+            long: 1.0,
+            long_count: WARMUP,
+            long_sum: 0.0,
+            config: Gradient2::default(),
+        };
+        p.on_sample(&ok(0.1, 0));
+        // EMA: 1.0*(1 - 2/601) + 0.1*2/601, then * 0.95 as 9.97 > 2.
+        let expected = (1.0 * (1.0 - 2.0 / 601.0) + 0.1 * 2.0 / 601.0) * 0.95;
+        assert!((p.long - expected).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,253 @@
+//! Netflix's Vegas limit, per slot.
+
+use std::time::Duration;
+
+use super::{lg, MakePolicy, Outcome, Policy, Sample, Throttle};
+use crate::config::ConfigError;
+use crate::key::SlotKey;
+
+/// Delay-based limit after TCP Vegas, as Netflix concurrency-limits'
+/// `VegasLimit` (v0.5.4), with the delay held at `min_delay`.
+///
+/// With `lg(L) = max(1, floor(log10 L))`, `alpha = 3·lg(L)`,
+/// `beta = 6·lg(L)`, `threshold = lg(L)` and the queue estimate
+/// `queue = ceil(L × (1 − rtt_noload / rtt))`, each sample:
+///
+/// 1. every `U[0.5, 1) × probe_multiplier × L` samples, takes the sample's
+///    latency as the new no-load latency (a probe) and stops;
+/// 2. a latency below the no-load latency becomes the new one, and stops;
+/// 3. a drop: `L −= lg(L)`; otherwise, if fewer than half the limit were in
+///    flight, nothing; if `queue ≤ threshold`, `L += beta`; if
+///    `queue < alpha`, `L += lg(L)`; if `queue > beta`, `L −= lg(L)`;
+/// 4. `L` is kept within `[1, max_limit]`, then smoothed:
+///    `L = (1 − smoothing)·L_old + smoothing·L`.
+///
+/// Zero latencies are ignored (Netflix rejects them). The probe's random
+/// factor comes from a generator seeded by the slot's key and `seed`, so
+/// runs are reproducible.
+///
+/// | parameter | default |
+/// |---|---|
+/// | `initial_limit` | 20 |
+/// | `max_limit` | 1000 |
+/// | `smoothing` | 1.0 |
+/// | `probe_multiplier` | 30 |
+/// | `min_delay` | 0 |
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vegas {
+    initial_limit: usize,
+    max_limit: usize,
+    smoothing: f64,
+    probe_multiplier: usize,
+    min_delay: f64,
+    seed: u64,
+}
+
+impl Default for Vegas {
+    fn default() -> Self {
+        Vegas {
+            initial_limit: 20,
+            max_limit: 1000,
+            smoothing: 1.0,
+            probe_multiplier: 30,
+            min_delay: 0.0,
+            seed: 0,
+        }
+    }
+}
+
+impl Vegas {
+    /// The name `replay --policy` knows this policy by.
+    pub const NAME: &'static str = "vegas";
+
+    /// The limit of a new slot.
+    pub fn initial_limit(mut self, limit: usize) -> Self {
+        self.initial_limit = limit;
+        self
+    }
+    /// The highest limit.
+    pub fn max_limit(mut self, limit: usize) -> Self {
+        self.max_limit = limit;
+        self
+    }
+    /// How much of each new estimate is taken, in `(0, 1]`.
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing;
+        self
+    }
+    /// Probe the no-load latency every `U[0.5, 1) × this × L` samples.
+    pub fn probe_multiplier(mut self, multiplier: usize) -> Self {
+        self.probe_multiplier = multiplier;
+        self
+    }
+    /// The delay, held constant.
+    pub fn min_delay(mut self, d: Duration) -> Self {
+        self.min_delay = d.as_secs_f64();
+        self
+    }
+    /// Like [`min_delay`](Self::min_delay), in seconds.
+    pub fn min_delay_secs(mut self, secs: f64) -> Self {
+        self.min_delay = secs;
+        self
+    }
+    /// Seeds the probe jitter.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
+
+impl MakePolicy for Vegas {
+    fn name(&self) -> &'static str {
+        Self::NAME
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        super::check_limits(self.initial_limit, 1, self.max_limit)?;
+        if !(self.smoothing > 0.0 && self.smoothing <= 1.0) {
+            return Err(ConfigError::new("smoothing", "must be in (0, 1]"));
+        }
+        if self.probe_multiplier < 1 {
+            return Err(ConfigError::new("probe_multiplier", "must be at least 1"));
+        }
+        super::check_min_delay(self.min_delay)
+    }
+
+    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+        let mut rng = self.seed ^ super::hash(key.as_str());
+        let jitter = 0.5 + 0.5 * super::next_unit(&mut rng);
+        Box::new(VegasState {
+            limit: self.initial_limit.clamp(1, self.max_limit) as f64,
+            rtt_noload: 0.0,
+            probe_count: 0,
+            probe_jitter: jitter,
+            rng,
+            config: self.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct VegasState {
+    limit: f64,
+    rtt_noload: f64,
+    probe_count: usize,
+    probe_jitter: f64,
+    rng: u64,
+    config: Vegas,
+}
+
+impl Policy for VegasState {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(self.config.min_delay, self.limit as usize)
+    }
+
+    fn on_sample(&mut self, sample: &Sample) -> Throttle {
+        let rtt = sample.latency_secs();
+        let drop = match sample.outcome() {
+            Outcome::Ignore => return self.throttle(),
+            Outcome::Overload => true,
+            Outcome::Success => false,
+        };
+        if !(rtt > 0.0 && rtt.is_finite()) {
+            return self.throttle();
+        }
+        let c = &self.config;
+        self.probe_count += 1;
+        if self.probe_jitter * c.probe_multiplier as f64 * self.limit <= self.probe_count as f64 {
+            self.probe_jitter = 0.5 + 0.5 * super::next_unit(&mut self.rng);
+            self.probe_count = 0;
+            self.rtt_noload = rtt;
+            return self.throttle();
+        }
+        if self.rtt_noload == 0.0 || rtt < self.rtt_noload {
+            self.rtt_noload = rtt;
+            return self.throttle();
+        }
+        let l = self.limit;
+        let li = l as usize;
+        let queue = (l * (1.0 - self.rtt_noload / rtt)).ceil();
+        let new = if drop {
+            l - lg(li) as f64
+        } else if ((sample.in_flight() * 2) as f64) < l {
+            return self.throttle();
+        } else {
+            let (alpha, beta, threshold) = (3 * lg(li), 6 * lg(li), lg(li));
+            if queue <= threshold as f64 {
+                l + beta as f64
+            } else if queue < alpha as f64 {
+                l + lg(li) as f64
+            } else if queue > beta as f64 {
+                l - lg(li) as f64
+            } else {
+                return self.throttle();
+            }
+        };
+        let new = new.min(c.max_limit as f64).max(1.0);
+        self.limit = (1.0 - c.smoothing) * l + c.smoothing * new;
+        self.throttle()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+
+    fn ok(latency: f64, in_flight: usize) -> Sample {
+        Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
+    }
+
+    #[test]
+    fn hand_computed_sequence() {
+        // A probe multiplier so large that no probe happens here.
+        let mut p = Vegas::default()
+            .probe_multiplier(1_000_000)
+            .make_policy(&SlotKey::new("t"));
+        let limits: Vec<usize> = [
+            ok(0.100, 20), // first rtt: the no-load latency; 20
+            ok(0.100, 20), // queue = ceil(20 * 0) = 0 <= threshold 1: +beta (6) = 26
+            ok(0.130, 26), // queue = ceil(26 * (1 - 1/1.3)) = 6 >= alpha 3, <= beta 6: 26
+            ok(0.200, 26), // queue = ceil(26 * 0.5) = 13 > 6: 26 - 1 = 25
+            ok(0.110, 5),  // 5*2 < 25: app-limited, 25
+            Sample::error(0.3, Outcome::Overload).with_in_flight(25), // drop: 24
+            ok(0.050, 24), // a new minimum: no change, rtt_noload = 0.05
+        ]
+        .iter()
+        .map(|s| p.on_sample(s).concurrency())
+        .collect();
+        assert_eq!(limits, vec![20, 26, 26, 25, 25, 24, 24]);
+    }
+
+    #[test]
+    fn probes_reset_the_noload_latency() {
+        let mut p = Vegas::default()
+            .initial_limit(1)
+            .probe_multiplier(1)
+            .make_policy(&SlotKey::new("t"));
+        // jitter*1*1 <= count holds on the first sample: a probe.
+        p.on_sample(&ok(0.5, 1));
+        // The no-load latency is now 0.5; a sample at 1.0 gives queue
+        // ceil(1 * 0.5) = 1 <= threshold 1, so +6 (unless it probes again).
+        let t = p.on_sample(&ok(1.0, 1));
+        assert!(t.concurrency() == 1 || t.concurrency() == 7);
+    }
+
+    #[test]
+    fn lg_matches_netflix() {
+        assert_eq!(
+            (
+                lg(0),
+                lg(1),
+                lg(9),
+                lg(10),
+                lg(99),
+                lg(100),
+                lg(999),
+                lg(1000),
+                lg(12_345)
+            ),
+            (1, 1, 1, 1, 1, 2, 2, 3, 4)
+        );
+    }
+}
