@@ -10,16 +10,19 @@ use http::request::Parts;
 
 use crate::classify::ErrorClassifier;
 use crate::key::{KeyFn, SlotKey};
-use crate::policy::{MakePolicy, Outcome, Scrapy2012};
+use crate::policy::{Adaptive, MakePolicy, Outcome};
 
 /// How an [`AutoThrottleLayer`](crate::AutoThrottleLayer) throttles.
 ///
-/// Build one with [`Config::builder`]; [`Config::default`] runs the original
-/// AutoThrottle rules ([`Scrapy2012`]) with Scrapy's defaults.
+/// Build one with [`Config::builder`]; [`Config::default`] runs the crate's
+/// own policy, [`Adaptive`], which adapts both the delay and the
+/// concurrency of each host. [`Scrapy2012`](crate::policy::Scrapy2012) runs
+/// the original AutoThrottle rules, [`Scrapy`](crate::policy::Scrapy)
+/// today's.
 ///
 /// | setting | default | Scrapy setting |
 /// |---|---|---|
-/// | [`policy`](ConfigBuilder::policy) | [`Scrapy2012`] | `AUTOTHROTTLE_ENABLED` |
+/// | [`policy`](ConfigBuilder::policy) | [`Adaptive`] | `AUTOTHROTTLE_ENABLED` |
 /// | [`key_fn`](ConfigBuilder::key_fn) | by authority | `download_slot` meta, `CONCURRENT_REQUESTS_PER_IP` |
 /// | [`max_pending`](ConfigBuilder::max_pending) | unbounded | `CONCURRENT_REQUESTS` |
 /// | [`debug`](ConfigBuilder::debug) | off | `AUTOTHROTTLE_DEBUG` |
@@ -42,7 +45,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            policy: Arc::new(Scrapy2012::default()),
+            policy: Arc::new(Adaptive::default()),
             key_fn: None,
             max_pending: None,
             debug: false,

@@ -19,10 +19,12 @@
 //! current delay and the recent spacing between dispatches (at least
 //! [`MIN_BACKOFF`], at most [`MAX_BACKOFF`]), so the request rate halves.
 //! Overloads answered to requests already in flight at that moment count as
-//! the same event. Each success then shrinks the backoff delay by 1/64, so
-//! the rate climbs back over about 45 successes per halving, and grows the
-//! cap by one every `cap` successes until the policy's own limit binds
-//! again.
+//! the same event. Each success then shrinks the backoff delay: by 1/16
+//! while it is above 1.25 times the spacing at which the overload happened
+//! (so the rate quickly returns to 80 % of the rate that was too much), by
+//! 1/256 below (so it probes beyond slowly, about 180 successes per
+//! doubling of the rate); and it grows the cap by one every `cap`
+//! successes until the policy's own limit binds again.
 
 use std::time::Duration;
 
@@ -55,6 +57,8 @@ pub(crate) struct Signals {
     overload_seq: Option<u64>,
     /// A smoothed spacing between dispatches, for sizing the backoff.
     interval: Option<Duration>,
+    /// The spacing in force when the last overload happened.
+    overload_spacing: Duration,
     pub(crate) floor: Duration,
     jitter: f64,
     rng: u64,
@@ -83,6 +87,7 @@ impl Signals {
             cap_credit: 0,
             overload_seq: None,
             interval: None,
+            overload_spacing: Duration::ZERO,
             floor: Duration::ZERO,
             jitter,
             rng: seed,
@@ -152,6 +157,7 @@ impl Signals {
                 self.overload_seq = Some(dispatched);
                 let (delay, limit) = self.effective(policy, now);
                 let base = delay.max(self.interval.unwrap_or(Duration::ZERO));
+                self.overload_spacing = base;
                 self.backoff_delay = (base * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
                 let cap = (limit / 2).max(1);
                 self.cap = Some(cap);
@@ -164,7 +170,8 @@ impl Signals {
             Outcome::Success => {
                 let mut changed = false;
                 if !self.backoff_delay.is_zero() {
-                    self.backoff_delay -= self.backoff_delay / 64;
+                    let fast = self.backoff_delay > self.overload_spacing.mul_f64(1.25);
+                    self.backoff_delay -= self.backoff_delay / if fast { 16 } else { 256 };
                     if self.backoff_delay < BACKOFF_GONE {
                         self.backoff_delay = Duration::ZERO;
                     }
@@ -284,8 +291,31 @@ mod tests {
             s.on_outcome(t0, Outcome::Success, 2, 2, &p);
             n += 1;
         }
-        // 50 ms decays by 1/64 a success until below 0.1 ms.
-        assert!((390..420).contains(&n), "{n}");
+        // No dispatch spacing was known: 50 ms decays by 1/16 a success
+        // while above 1.25 × 0 ... that is, always fast, until below 0.1 ms.
+        assert!((95..105).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn the_backoff_recovers_fast_to_80_percent_of_the_bad_rate_then_slowly() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        let p = policy(0, 4);
+        // Dispatches every 100 ms, then an overload: backoff 200 ms.
+        s.on_dispatch(t0, None);
+        s.on_dispatch(t0 + 100 * MS, Some(t0));
+        s.on_outcome(t0, Outcome::Overload, 2, 2, &p);
+        assert_eq!(s.backoff().0, 200 * MS);
+        let mut n = 0;
+        while s.backoff().0 > 125 * MS {
+            s.on_outcome(t0, Outcome::Success, 3, 3, &p);
+            n += 1;
+        }
+        // 200 → 125 ms at 1/16 a success: 8 successes.
+        assert_eq!(n, 8);
+        let at = s.backoff().0;
+        s.on_outcome(t0, Outcome::Success, 3, 3, &p);
+        assert_eq!(s.backoff().0, at - at / 256);
     }
 
     #[test]

@@ -15,6 +15,15 @@ use tower_autothrottle::{AutoThrottleLayer, Config, DownloadSlot, SlotKey};
 
 const MS: Duration = Duration::from_millis(1);
 
+/// A layer with the original rules and their defaults (start delay 5 s).
+fn scrapy_2012_layer() -> AutoThrottleLayer {
+    let config = Config::builder()
+        .policy(Scrapy2012::default())
+        .build()
+        .unwrap();
+    AutoThrottleLayer::new(config)
+}
+
 fn slot(layer: &AutoThrottleLayer, key: &str) -> (usize, usize) {
     let s = layer.slot(key).unwrap();
     (s.in_flight, s.queued)
@@ -23,7 +32,7 @@ fn slot(layer: &AutoThrottleLayer, key: &str) -> (usize, usize) {
 #[tokio::test(start_paused = true)]
 async fn latency_is_the_inner_services_time_and_feeds_the_policy() {
     let recorder = Recorder::default();
-    let layer = AutoThrottleLayer::new(Config::default());
+    let layer = scrapy_2012_layer();
     let mut svc = layer.layer(server(recorder.clone()));
     let response = svc
         .ready()
@@ -200,7 +209,7 @@ async fn dropping_a_half_read_body_frees_its_place() {
 #[tokio::test(start_paused = true)]
 async fn inner_errors_free_the_place_and_leave_the_policy_alone() {
     let recorder = Recorder::default();
-    let layer = AutoThrottleLayer::new(Config::default());
+    let layer = scrapy_2012_layer();
     let mut svc = layer.layer(server(recorder.clone()));
     let mut req = request("http://a.test/", 0, 50);
     req.headers_mut().insert("x-fail", "1".parse().unwrap());

@@ -33,6 +33,7 @@ use http::StatusCode;
 use crate::config::ConfigError;
 use crate::key::SlotKey;
 
+mod adaptive;
 mod aimd;
 mod gradient2;
 mod replay;
@@ -40,6 +41,7 @@ mod scrapy;
 mod scrapy2012;
 mod vegas;
 
+pub use adaptive::Adaptive;
 pub use aimd::Aimd;
 pub use gradient2::Gradient2;
 pub use replay::replay;
