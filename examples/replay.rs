@@ -5,24 +5,49 @@
 //! cargo run --example replay -- --policy scrapy-2012 [--start-delay S] [--check-period N] [--max-concurrency N] < trace.txt
 //! ```
 //!
-//! Input: one response per line, `LATENCY_SECONDS STATUS` (blank lines and
-//! `#` comments are skipped). Output: after each response, one line
+//! Input: one response per line, `LATENCY_SECONDS STATUS [IN_FLIGHT]`
+//! (blank lines and `#` comments are skipped; `STATUS` may also be
+//! `timeout` or `error`; without `IN_FLIGHT` the policy's current limit is
+//! assumed). Output: after each response, one line
 //! `DELAY_SECONDS CONCURRENCY`, the delay with 6 decimals.
 //!
-//! | flag | policy | default |
-//! |---|---|---|
-//! | `--start-delay S` | scrapy-2012 | 5.0 |
-//! | `--check-period N` | scrapy-2012 | 10 |
-//! | `--max-concurrency N` | scrapy-2012 | 8 |
+//! This shows a policy's own rules. The layer's handling of overload and
+//! `Retry-After`, which acts on top of any policy, is not part of it.
+//!
+//! | policy | flags (defaults) |
+//! |---|---|
+//! | `adaptive` (also `default`) | `--start-delay 0 --min-delay 0 --max-delay 60 --initial-concurrency 1 --max-concurrency 64` |
+//! | `scrapy` | `--start-delay 5 --min-delay 0 --max-delay 60 --target-concurrency 1 --max-concurrency 8` |
+//! | `scrapy-2012` | `--start-delay 5 --check-period 10 --max-concurrency 8` |
+//! | `aimd` | `--initial-limit 20 --min-limit 20 --max-limit 200 --backoff-ratio 0.9 --timeout 5 --min-delay 0` |
+//! | `vegas` | `--initial-limit 20 --max-limit 1000 --smoothing 1 --probe-multiplier 30 --min-delay 0 --seed 0` |
+//! | `gradient2` | `--initial-limit 20 --min-limit 20 --max-limit 200 --smoothing 0.2 --queue-size 4 --long-window 600 --rtt-tolerance 1.5 --min-delay 0` |
+//!
+//! Every policy accepts the common flags `--start-delay --min-delay
+//! --max-delay --target-concurrency --max-concurrency`; for the Netflix
+//! policies `--max-concurrency` sets `--max-limit`, and a common flag a
+//! policy has no use for is ignored with a note on standard error. Other
+//! flags a policy does not know are an error.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufWriter};
 use std::process::ExitCode;
 
-use tower_autothrottle::policy::{replay, MakePolicy, Scrapy2012};
+use tower_autothrottle::policy::{
+    replay, Adaptive, Aimd, Gradient2, MakePolicy, Scrapy, Scrapy2012, Vegas,
+};
 
-const USAGE: &str = "usage: replay --policy scrapy-2012 [--start-delay S] [--check-period N] [--max-concurrency N] < TRACE
-  TRACE: lines `LATENCY_SECONDS STATUS`; prints `DELAY_SECONDS CONCURRENCY` after each";
+const USAGE: &str = "usage: replay --policy NAME [--FLAG VALUE]... < TRACE
+  NAME: adaptive (default), scrapy, scrapy-2012, aimd, vegas, gradient2
+  TRACE: lines `LATENCY_SECONDS STATUS [IN_FLIGHT]`; prints `DELAY_SECONDS CONCURRENCY` after each";
+
+const COMMON: [&str; 5] = [
+    "start-delay",
+    "min-delay",
+    "max-delay",
+    "target-concurrency",
+    "max-concurrency",
+];
 
 fn main() -> ExitCode {
     match run() {
@@ -35,38 +60,175 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
-    let mut flags = parse_flags(std::env::args().skip(1))?;
+    let mut flags = Flags(parse_flags(std::env::args().skip(1))?);
     let name = flags
+        .0
         .remove("policy")
-        .unwrap_or_else(|| Scrapy2012::NAME.to_owned());
-    let policy: Box<dyn MakePolicy> = match name.as_str() {
-        Scrapy2012::NAME => {
-            let mut p = Scrapy2012::default();
-            if let Some(v) = flags.remove("start-delay") {
-                p = p.start_delay_secs(number(&v, "start-delay")?);
-            }
-            if let Some(v) = flags.remove("check-period") {
-                p = p.check_period(number(&v, "check-period")?);
-            }
-            if let Some(v) = flags.remove("max-concurrency") {
-                p = p.max_concurrency(number(&v, "max-concurrency")?);
-            }
-            Box::new(p)
+        .unwrap_or_else(|| Adaptive::NAME.to_owned());
+    let policy = build(&name, &mut flags)?;
+    for (flag, _) in flags.0 {
+        if COMMON.contains(&flag.as_str()) {
+            eprintln!("replay: note: --{flag} does not apply to {name}; ignored");
+        } else {
+            return Err(format!("--{flag} does not apply to policy {name}\n{USAGE}"));
         }
-        other => {
-            return Err(format!(
-                "unknown policy {other:?}; known: {}\n{USAGE}",
-                Scrapy2012::NAME
-            ))
-        }
-    };
-    if let Some(flag) = flags.keys().next() {
-        return Err(format!("--{flag} does not apply to policy {name}\n{USAGE}"));
     }
     policy.validate().map_err(|e| e.to_string())?;
     let stdin = io::stdin().lock();
     let stdout = BufWriter::new(io::stdout().lock());
     replay(&*policy, stdin, stdout).map_err(|e| e.to_string())
+}
+
+fn build(name: &str, f: &mut Flags) -> Result<Box<dyn MakePolicy>, String> {
+    Ok(match name {
+        Adaptive::NAME | "default" => {
+            let mut p = Adaptive::default();
+            if let Some(v) = f.num("start-delay")? {
+                p = p.start_delay_secs(v);
+            }
+            if let Some(v) = f.num("min-delay")? {
+                p = p.min_delay_secs(v);
+            }
+            if let Some(v) = f.num("max-delay")? {
+                p = p.max_delay_secs(v);
+            }
+            if let Some(v) = f.num("initial-concurrency")? {
+                p = p.initial_concurrency(v);
+            }
+            if let Some(v) = f.num("max-concurrency")? {
+                p = p.max_concurrency(v);
+            }
+            Box::new(p)
+        }
+        Scrapy::NAME => {
+            let mut p = Scrapy::default();
+            if let Some(v) = f.num("start-delay")? {
+                p = p.start_delay_secs(v);
+            }
+            if let Some(v) = f.num("min-delay")? {
+                p = p.min_delay_secs(v);
+            }
+            if let Some(v) = f.num("max-delay")? {
+                p = p.max_delay_secs(v);
+            }
+            if let Some(v) = f.num("target-concurrency")? {
+                p = p.target_concurrency(v);
+            }
+            if let Some(v) = f.num("max-concurrency")? {
+                p = p.max_concurrency(v);
+            }
+            Box::new(p)
+        }
+        Scrapy2012::NAME => {
+            let mut p = Scrapy2012::default();
+            if let Some(v) = f.num("start-delay")? {
+                p = p.start_delay_secs(v);
+            }
+            if let Some(v) = f.num("check-period")? {
+                p = p.check_period(v);
+            }
+            if let Some(v) = f.num("max-concurrency")? {
+                p = p.max_concurrency(v);
+            }
+            Box::new(p)
+        }
+        Aimd::NAME => {
+            let mut p = Aimd::default();
+            if let Some(v) = f.num("initial-limit")? {
+                p = p.initial_limit(v);
+            }
+            if let Some(v) = f.num("min-limit")? {
+                p = p.min_limit(v);
+            }
+            if let Some(v) = f.limit_max()? {
+                p = p.max_limit(v);
+            }
+            if let Some(v) = f.num("backoff-ratio")? {
+                p = p.backoff_ratio(v);
+            }
+            if let Some(v) = f.num("timeout")? {
+                p = p.timeout_secs(v);
+            }
+            if let Some(v) = f.num("min-delay")? {
+                p = p.min_delay_secs(v);
+            }
+            Box::new(p)
+        }
+        Vegas::NAME => {
+            let mut p = Vegas::default();
+            if let Some(v) = f.num("initial-limit")? {
+                p = p.initial_limit(v);
+            }
+            if let Some(v) = f.limit_max()? {
+                p = p.max_limit(v);
+            }
+            if let Some(v) = f.num("smoothing")? {
+                p = p.smoothing(v);
+            }
+            if let Some(v) = f.num("probe-multiplier")? {
+                p = p.probe_multiplier(v);
+            }
+            if let Some(v) = f.num("min-delay")? {
+                p = p.min_delay_secs(v);
+            }
+            if let Some(v) = f.num("seed")? {
+                p = p.seed(v);
+            }
+            Box::new(p)
+        }
+        Gradient2::NAME => {
+            let mut p = Gradient2::default();
+            if let Some(v) = f.num("initial-limit")? {
+                p = p.initial_limit(v);
+            }
+            if let Some(v) = f.num("min-limit")? {
+                p = p.min_limit(v);
+            }
+            if let Some(v) = f.limit_max()? {
+                p = p.max_limit(v);
+            }
+            if let Some(v) = f.num("smoothing")? {
+                p = p.smoothing(v);
+            }
+            if let Some(v) = f.num("queue-size")? {
+                p = p.queue_size(v);
+            }
+            if let Some(v) = f.num("long-window")? {
+                p = p.long_window(v);
+            }
+            if let Some(v) = f.num("rtt-tolerance")? {
+                p = p.rtt_tolerance(v);
+            }
+            if let Some(v) = f.num("min-delay")? {
+                p = p.min_delay_secs(v);
+            }
+            Box::new(p)
+        }
+        other => return Err(format!("unknown policy {other:?}\n{USAGE}")),
+    })
+}
+
+struct Flags(BTreeMap<String, String>);
+
+impl Flags {
+    /// Takes a flag's value, parsed.
+    fn num<T: std::str::FromStr>(&mut self, flag: &str) -> Result<Option<T>, String> {
+        match self.0.remove(flag) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("--{flag}: {v:?} is not a valid value")),
+        }
+    }
+
+    /// `--max-limit`, or the common `--max-concurrency` for it.
+    fn limit_max(&mut self) -> Result<Option<usize>, String> {
+        let limit = self.num("max-limit")?;
+        let concurrency = self.num("max-concurrency")?;
+        Ok(limit.or(concurrency))
+    }
 }
 
 /// `--name VALUE` and `--name=VALUE` pairs.
@@ -95,11 +257,4 @@ fn parse_flags(args: impl Iterator<Item = String>) -> Result<BTreeMap<String, St
         }
     }
     Ok(flags)
-}
-
-fn number<T: std::str::FromStr>(value: &str, flag: &str) -> Result<T, String> {
-    value
-        .trim()
-        .parse()
-        .map_err(|_| format!("--{flag}: {value:?} is not a valid number"))
 }

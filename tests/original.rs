@@ -158,3 +158,64 @@ async fn the_layer_applies_the_policy_exactly() {
         );
     }
 }
+
+/// Today's Scrapy rule: our `scrapy` policy against a Python transcription
+/// of `scrapy/extensions/throttle.py` on random traces (zero latencies
+/// included: today's Scrapy adjusts on them).
+#[test]
+fn scrapy_replay_equals_scrapys_arithmetic_on_random_traces() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI needs python3");
+        eprintln!("note: skipping: no python3");
+        return;
+    }
+    let mut rng = Rng::new(219);
+    let params = [
+        (5.0, 0.0, 60.0, 1.0, 8),
+        (1.0, 0.5, 2.0, 2.0, 16),
+        (0.0, 0.0, 0.25, 0.5, 4),
+        (10.0, 3.0, 5.0, 4.0, 1),
+    ];
+    for round in 0..12 {
+        let p = params[round % params.len()];
+        let trace = random_trace(&mut rng, 400);
+        let text: String = trace.iter().map(|(l, s)| format!("{l:?} {s}\n")).collect();
+        let mut child = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/scrapy_oracle.py"
+            ))
+            .args([p.0, p.1, p.2, p.3].map(|x| format!("{x:?}")))
+            .arg(p.4.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let expected = String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap();
+        let policy = tower_autothrottle::policy::Scrapy::default()
+            .start_delay_secs(p.0)
+            .min_delay_secs(p.1)
+            .max_delay_secs(p.2)
+            .target_concurrency(p.3)
+            .max_concurrency(p.4);
+        let mut ours = Vec::new();
+        replay(&policy, text.as_bytes(), &mut ours).unwrap();
+        let ours = String::from_utf8(ours).unwrap();
+        assert_eq!(ours.lines().count(), trace.len());
+        for (i, (a, b)) in ours.lines().zip(expected.lines()).enumerate() {
+            assert_eq!(
+                a,
+                b,
+                "round {round}, params {p:?}, line {}: {:?}",
+                i + 1,
+                trace[i]
+            );
+        }
+    }
+}

@@ -4,15 +4,23 @@ use std::io::{self, BufRead, Write};
 
 use http::StatusCode;
 
-use super::{MakePolicy, Sample};
+use super::{MakePolicy, Outcome, Sample};
 use crate::key::SlotKey;
 
 /// Replays a trace through a fresh policy of one slot.
 ///
-/// Each input line is `LATENCY_SECONDS STATUS` (blank lines and lines
-/// starting with `#` are skipped); after each, one line `DELAY_SECONDS
-/// CONCURRENCY` is written, the delay with 6 decimals. This is what
-/// `cargo run --example replay` does with standard input and output.
+/// Each input line is `LATENCY_SECONDS STATUS [IN_FLIGHT]` (blank lines and
+/// lines starting with `#` are skipped); after each, one line
+/// `DELAY_SECONDS CONCURRENCY` is written, the delay with 6 decimals. This
+/// is what `cargo run --example replay` does with standard input and
+/// output.
+///
+/// `STATUS` is an HTTP status (its [`Outcome`] follows from it), or
+/// `timeout` (a request that timed out: an overload) or `error` (another
+/// failure, ignored by the policies that classify outcomes). `IN_FLIGHT`,
+/// the slot's requests in flight when the response came, matters to the
+/// Netflix-style policies; without it the policy's current limit is
+/// assumed, as for a client that keeps its slot full.
 ///
 /// A line that does not parse, a latency that is not a finite number, or a
 /// status outside 100–999 stops the replay with an [`io::ErrorKind::InvalidData`]
@@ -38,7 +46,7 @@ pub fn replay<R: BufRead, W: Write>(
         if trimmed.is_empty() || trimmed.starts_with('#') {
             continue;
         }
-        let sample = parse_line(trimmed).map_err(|reason| {
+        let sample = parse_line(trimmed, state.throttle().concurrency()).map_err(|reason| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("line {}: {reason}: {line:?}", number + 1),
@@ -56,21 +64,36 @@ pub fn replay<R: BufRead, W: Write>(
     Ok(())
 }
 
-fn parse_line(line: &str) -> Result<Sample, &'static str> {
+fn parse_line(line: &str, limit: usize) -> Result<Sample, &'static str> {
     let mut fields = line.split_whitespace();
-    let (Some(latency), Some(status), None) = (fields.next(), fields.next(), fields.next()) else {
-        return Err("expected `LATENCY_SECONDS STATUS`");
+    let (Some(latency), Some(status), in_flight, None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        return Err("expected `LATENCY_SECONDS STATUS [IN_FLIGHT]`");
     };
     let latency: f64 = latency.parse().map_err(|_| "the latency is not a number")?;
     if !latency.is_finite() {
         return Err("the latency is not finite");
     }
-    let status = status
-        .parse::<u16>()
-        .ok()
-        .and_then(|s| StatusCode::from_u16(s).ok())
-        .ok_or("the status is not an HTTP status code (100-999)")?;
-    Ok(Sample::from_secs_f64(latency, status))
+    let in_flight = match in_flight {
+        Some(n) => n
+            .parse()
+            .map_err(|_| "the in-flight count is not a whole number")?,
+        None => limit,
+    };
+    let sample = match status {
+        "timeout" => Sample::error(latency, Outcome::Overload),
+        "error" => Sample::error(latency, Outcome::Ignore),
+        status => {
+            let status = status
+                .parse::<u16>()
+                .ok()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or("the status is not an HTTP status code (100-999), `timeout` or `error`")?;
+            Sample::from_secs_f64(latency, status)
+        }
+    };
+    Ok(sample.with_in_flight(in_flight))
 }
 
 #[cfg(test)]
@@ -83,7 +106,8 @@ mod tests {
         for (input, needle) in [
             ("1.0 200\nfast 200\n", "line 2: the latency is not a number"),
             ("1.0\n", "line 1: expected"),
-            ("1.0 200 x\n", "line 1: expected"),
+            ("1.0 200 x\n", "not a whole number"),
+            ("1.0 200 3 4\n", "line 1: expected"),
             ("nan 200\n", "not finite"),
             ("1.0 42\n", "not an HTTP status"),
             ("1.0 abc\n", "not an HTTP status"),
@@ -92,6 +116,25 @@ mod tests {
             assert_eq!(err.kind(), io::ErrorKind::InvalidData);
             assert!(err.to_string().contains(needle), "{err}");
         }
+    }
+
+    #[test]
+    fn in_flight_defaults_to_the_limit_and_errors_are_samples() {
+        use crate::policy::Aimd;
+        let mut out = Vec::new();
+        // AIMD grows when at least half the limit is in flight: with the
+        // default (the limit, 20) it grows; with 3 given it does not; a
+        // timeout is a drop.
+        replay(
+            &Aimd::default(),
+            "0.1 200\n0.1 200 3\n0.1 timeout\n0.1 error\n".as_bytes(),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "0.000000 21\n0.000000 21\n0.000000 20\n0.000000 20\n"
+        );
     }
 
     #[test]
