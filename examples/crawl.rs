@@ -18,9 +18,10 @@
 //! | `--urls FILE` | fetch the URLs in FILE (one a line, `-` for stdin) instead; no links are followed | |
 //! | `--json` | end with one JSON line on stdout (progress goes to stderr) | off |
 //! | `--pages N` | pages of the local site, over all hosts | 2400 |
-//! | `--start-delay S` | the policy's start delay, seconds | 5.0 |
-//! | `--check-period N` | responses per concurrency check | 10 |
-//! | `--max-concurrency N` | highest concurrency per host | 8 |
+//! | `--policy NAME` | `adaptive` (the crate's default), `scrapy`, `scrapy-2012`, `aimd`, `vegas`, `gradient2` | adaptive |
+//! | `--start-delay S` | the policy's start delay, seconds (adaptive, scrapy, scrapy-2012) | the policy's |
+//! | `--check-period N` | responses per concurrency check (scrapy-2012) | 10 |
+//! | `--max-concurrency N` | highest concurrency per host | the policy's |
 //! | `--timeout S` | per-request timeout, seconds | 30 |
 //! | `--quiet` | no live progress | off |
 //!
@@ -47,7 +48,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 use tower::{Layer, ServiceExt};
-use tower_autothrottle::policy::Scrapy2012;
+use tower_autothrottle::policy::{
+    Adaptive, Aimd, Gradient2, MakePolicy, Scrapy, Scrapy2012, Vegas,
+};
 use tower_autothrottle::{AutoThrottleLayer, Config, SlotKey};
 
 /// One local host: how many requests it serves at once and how long each takes.
@@ -92,9 +95,10 @@ struct Args {
     json: bool,
     quiet: bool,
     pages: usize,
-    start_delay: f64,
-    check_period: usize,
-    max_concurrency: usize,
+    policy: String,
+    start_delay: Option<f64>,
+    check_period: Option<usize>,
+    max_concurrency: Option<usize>,
     timeout: Duration,
 }
 
@@ -104,9 +108,10 @@ fn parse_args() -> Result<Args, String> {
         json: false,
         quiet: false,
         pages: 2400,
-        start_delay: 5.0,
-        check_period: 10,
-        max_concurrency: 8,
+        policy: Adaptive::NAME.to_owned(),
+        start_delay: None,
+        check_period: None,
+        max_concurrency: None,
         timeout: Duration::from_secs(30),
     };
     let mut it = std::env::args().skip(1);
@@ -130,16 +135,17 @@ fn parse_args() -> Result<Args, String> {
             "--json" => args.json = true,
             "--quiet" => args.quiet = true,
             "--pages" => args.pages = num(&flag, value()?)?,
-            "--start-delay" => args.start_delay = num(&flag, value()?)?,
-            "--check-period" => args.check_period = num(&flag, value()?)?,
-            "--max-concurrency" => args.max_concurrency = num(&flag, value()?)?,
+            "--policy" => args.policy = value()?,
+            "--start-delay" => args.start_delay = Some(num(&flag, value()?)?),
+            "--check-period" => args.check_period = Some(num(&flag, value()?)?),
+            "--max-concurrency" => args.max_concurrency = Some(num(&flag, value()?)?),
             "--timeout" => {
                 let secs: f64 = num(&flag, value()?)?;
                 args.timeout = Duration::try_from_secs_f64(secs)
                     .map_err(|_| format!("--timeout: {secs} is not a valid duration"))?;
             }
             "-h" | "--help" => {
-                println!("usage: crawl [--urls FILE|-] [--json] [--pages N] [--start-delay S] [--check-period N] [--max-concurrency N] [--timeout S] [--quiet]");
+                println!("usage: crawl [--urls FILE|-] [--json] [--pages N] [--policy NAME] [--start-delay S] [--check-period N] [--max-concurrency N] [--timeout S] [--quiet]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?} (try --help)")),
@@ -173,12 +179,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), String> {
-    let policy = Scrapy2012::default()
-        .start_delay_secs(args.start_delay)
-        .check_period(args.check_period)
-        .max_concurrency(args.max_concurrency);
     let config = Config::builder()
-        .policy(policy)
+        .policy(policy(&args)?)
         .build()
         .map_err(|e| e.to_string())?;
     let throttle = AutoThrottleLayer::new(config);
@@ -324,6 +326,59 @@ async fn run(args: Args) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The policy named by `--policy`, with the flags that apply to it.
+fn policy(args: &Args) -> Result<Box<dyn MakePolicy>, String> {
+    if args.check_period.is_some() && args.policy != Scrapy2012::NAME {
+        return Err(format!(
+            "--check-period applies to scrapy-2012, not {}",
+            args.policy
+        ));
+    }
+    let delay = args.start_delay;
+    let max = args.max_concurrency;
+    Ok(match args.policy.as_str() {
+        Adaptive::NAME | "default" => {
+            let mut p = Adaptive::default();
+            if let Some(d) = delay {
+                p = p.start_delay_secs(d);
+            }
+            if let Some(m) = max {
+                p = p.max_concurrency(m);
+            }
+            Box::new(p)
+        }
+        Scrapy::NAME => {
+            let mut p = Scrapy::default();
+            if let Some(d) = delay {
+                p = p.start_delay_secs(d);
+            }
+            if let Some(m) = max {
+                p = p.max_concurrency(m);
+            }
+            Box::new(p)
+        }
+        Scrapy2012::NAME => {
+            let mut p = Scrapy2012::default();
+            if let Some(d) = delay {
+                p = p.start_delay_secs(d);
+            }
+            if let Some(c) = args.check_period {
+                p = p.check_period(c);
+            }
+            if let Some(m) = max {
+                p = p.max_concurrency(m);
+            }
+            Box::new(p)
+        }
+        Aimd::NAME => Box::new(max.map_or_else(Aimd::default, |m| Aimd::default().max_limit(m))),
+        Vegas::NAME => Box::new(max.map_or_else(Vegas::default, |m| Vegas::default().max_limit(m))),
+        Gradient2::NAME => {
+            Box::new(max.map_or_else(Gradient2::default, |m| Gradient2::default().max_limit(m)))
+        }
+        other => return Err(format!("unknown policy {other:?}")),
+    })
 }
 
 fn progress_out(json: bool) -> Box<dyn Write> {

@@ -523,7 +523,7 @@ async fn run_async(scenario: Scenario, client: Client, seed: u64) -> RunResult {
     let layer = match &client {
         Client::Throttle(policy) => Some(AutoThrottleLayer::new(
             Config::builder()
-                .policy(ArcPolicy(Arc::clone(policy)))
+                .policy(Arc::clone(policy))
                 .build()
                 .expect("valid policy"),
         )),
@@ -703,25 +703,6 @@ async fn run_async(scenario: Scenario, client: Client, seed: u64) -> RunResult {
     }
     let makespan = hosts.iter().map(|h| h.makespan).fold(0.0, f64::max);
     RunResult { makespan, hosts }
-}
-
-/// A `MakePolicy` behind an `Arc`, so one policy value serves many runs.
-#[derive(Debug, Clone)]
-struct ArcPolicy(Arc<dyn MakePolicy>);
-
-impl MakePolicy for ArcPolicy {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn validate(&self) -> Result<(), tower_autothrottle::ConfigError> {
-        self.0.validate()
-    }
-    fn make_policy(
-        &self,
-        key: &tower_autothrottle::SlotKey,
-    ) -> Box<dyn tower_autothrottle::policy::Policy> {
-        self.0.make_policy(key)
-    }
 }
 
 /// For rate-limited hosts, the makespan of a client that sends exactly at

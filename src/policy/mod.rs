@@ -283,3 +283,27 @@ pub(crate) fn next_unit(state: &mut u64) -> f64 {
     z ^= z >> 31;
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
+
+impl<P: MakePolicy + ?Sized> MakePolicy for Box<P> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn validate(&self) -> Result<(), ConfigError> {
+        (**self).validate()
+    }
+    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+        (**self).make_policy(key)
+    }
+}
+
+impl<P: MakePolicy + ?Sized> MakePolicy for std::sync::Arc<P> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn validate(&self) -> Result<(), ConfigError> {
+        (**self).validate()
+    }
+    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+        (**self).make_policy(key)
+    }
+}
