@@ -13,6 +13,7 @@
 //! | `--seed N` | the seed of the servers' randomness | 1 |
 //! | `--policy NAME` | only this policy (repeatable) | all |
 //! | `--scenario NAME` | only this scenario (repeatable) | all |
+//! | `--wide` | instead, a grid of 48 queue servers (1–24 workers, 10 ms–1 s, four noise shapes): each policy's throughput share of the oracle and mean queue, and a summary | |
 //!
 //! Columns: `makespan` (time until every page was fetched, 429/503 answers
 //! retried), `oracle` (the same with the best fixed concurrency, per host),
@@ -57,6 +58,7 @@ struct Args {
     seed: u64,
     policies: Vec<String>,
     scenarios: Vec<String>,
+    wide: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -66,6 +68,7 @@ fn parse_args() -> Result<Args, String> {
         seed: 1,
         policies: Vec::new(),
         scenarios: Vec::new(),
+        wide: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -81,6 +84,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--policy" => args.policies.push(value()?),
             "--scenario" => args.scenarios.push(value()?),
+            "--wide" => args.wide = true,
             "-h" | "--help" => {
                 println!("usage: simulate [--plot DIR] [--seed N] [--policy NAME]... [--scenario NAME]...");
                 std::process::exit(0);
@@ -119,6 +123,10 @@ fn main() -> ExitCode {
     }
 
     println!("seed {}", args.seed);
+    if args.wide {
+        wide(&policies, args.seed);
+        return ExitCode::SUCCESS;
+    }
     for scenario in &scenarios {
         let (oracle, per_host) = sim::oracle(scenario, args.seed);
         let best: Vec<String> = per_host
@@ -192,6 +200,43 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The wide grid: per scenario and policy, throughput share and mean queue.
+fn wide(policies: &[(&'static str, Arc<dyn MakePolicy>)], seed: u64) {
+    let mut shares: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
+    let mut queues: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
+    print!("{:<20} {:>7}", "scenario", "oracle");
+    for (name, _) in policies {
+        print!(" {:>16}", name);
+    }
+    println!();
+    for scenario in sim::wide_scenarios() {
+        let (oracle, _) = sim::oracle(&scenario, seed);
+        print!("{:<20} {:>6.1}s", scenario.name, oracle);
+        for (i, (_, policy)) in policies.iter().enumerate() {
+            let run = sim::run(&scenario, &Client::Throttle(Arc::clone(policy)), seed);
+            let share = oracle / run.makespan;
+            let queue = run.hosts[0].mean_queue;
+            shares[i].push(share);
+            queues[i].push(queue);
+            print!(" {:>9.0}% q{:<5.1}", 100.0 * share, queue);
+        }
+        println!();
+    }
+    println!();
+    for (i, (name, _)) in policies.iter().enumerate() {
+        let mut s = shares[i].clone();
+        s.sort_by(f64::total_cmp);
+        let below = s.iter().filter(|x| **x < 0.9).count();
+        let q_over = queues[i].iter().filter(|q| **q > 1.0).count();
+        println!(
+            "{name:<12} throughput: min {:.0}%, median {:.0}%, {below}/{} below 90%; mean queue above 1 in {q_over}",
+            100.0 * s[0],
+            100.0 * s[s.len() / 2],
+            s.len()
+        );
+    }
 }
 
 /// One scoreboard row.

@@ -747,3 +747,64 @@ pub fn oracle(scenario: &Scenario, seed: u64) -> (f64, Vec<(&'static str, usize,
     let makespan = per_host.iter().map(|h| h.2).fold(0.0, f64::max);
     (makespan, per_host)
 }
+
+/// A wider grid of queue servers, for checking that a policy holds up
+/// beyond the scoreboard's scenarios: every combination of workers, service
+/// time and noise, each sized to about 30 s at full speed.
+pub fn wide_scenarios() -> Vec<Scenario> {
+    let mut out = Vec::new();
+    for workers in [1usize, 3, 8, 24] {
+        for base_ms in [10u64, 100, 1000] {
+            let noises: [(&'static str, ServiceTime); 4] = [
+                (
+                    "u10",
+                    ServiceTime::Uniform {
+                        base: Duration::from_millis(base_ms),
+                        spread: 0.1,
+                    },
+                ),
+                (
+                    "u50",
+                    ServiceTime::Uniform {
+                        base: Duration::from_millis(base_ms),
+                        spread: 0.5,
+                    },
+                ),
+                (
+                    "p2.5",
+                    ServiceTime::Pareto {
+                        base: Duration::from_millis(base_ms),
+                        alpha: 2.5,
+                    },
+                ),
+                (
+                    "p1.5",
+                    ServiceTime::Pareto {
+                        base: Duration::from_millis(base_ms),
+                        alpha: 1.5,
+                    },
+                ),
+            ];
+            for (noise, service) in noises {
+                let rate = workers as f64 * 1000.0 / base_ms as f64;
+                let requests = ((rate * 30.0) as usize).clamp(100, 6000);
+                let name: &'static str =
+                    Box::leak(format!("w{workers}-{base_ms}ms-{noise}").into_boxed_str());
+                out.push(Scenario {
+                    name,
+                    about: "wide grid",
+                    hosts: vec![Host {
+                        name,
+                        model: Model::Queue {
+                            workers,
+                            service,
+                            changes: vec![],
+                        },
+                        requests,
+                    }],
+                });
+            }
+        }
+    }
+    out
+}
