@@ -8,7 +8,7 @@
 //!
 //! | flag | meaning | default |
 //! |---|---|---|
-//! | `--plot DIR` | write an SVG per scenario and host: delay, concurrency, latency and server queue over time, one line per policy | |
+//! | `--plot DIR` | write an SVG per scenario and host: delay, concurrency, latency and server queue over time, one line per policy, scaled to the first policy (the default): others are clipped at the top | |
 //! | `--csv DIR` | write the same series as CSV, one file per scenario, host and policy | |
 //! | `--seed N` | the seed of the servers' randomness | 1 |
 //! | `--policy NAME` | only this policy (repeatable) | all |
@@ -326,10 +326,12 @@ const COLORS: [&str; 6] = [
 /// one line per policy.
 fn svg(title: &str, lines: &[(&str, &HostResult)]) -> String {
     let (w, ph, left, top) = (900.0, 160.0, 70.0, 40.0);
-    let t_max = lines
-        .iter()
-        .filter_map(|(_, h)| h.series.last().map(|p| p.t))
-        .fold(1.0, f64::max);
+    // Scaled to the first line (the default policy): its run, and a bit
+    // more; other lines are cut at the right and clipped at the top.
+    let t_max = lines.first().map_or(1.0, |(_, h)| {
+        let end = h.series.last().map_or(1.0, |p| p.t);
+        (end * 1.3).max(1.0)
+    });
     type Get = fn(&sim::Point) -> Option<f64>;
     let panels: [(&str, Get); 4] = [
         ("delay (ms)", |p| Some(p.delay * 1000.0)),
@@ -364,13 +366,17 @@ fn svg(title: &str, lines: &[(&str, &HostResult)]) -> String {
     for (pi, (label, get)) in panels.iter().enumerate() {
         let y0 = top + pi as f64 * (ph + 30.0);
         let pw = w - left - 20.0;
-        let v_max = lines
-            .iter()
-            .flat_map(|(_, h)| h.series.iter().filter_map(get))
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max)
-            .max(1e-9)
-            * 1.05;
+        let max_of = |h: &HostResult| {
+            h.series
+                .iter()
+                .filter(|p| p.t <= t_max)
+                .filter_map(get)
+                .filter(|v| v.is_finite())
+                .fold(0.0, f64::max)
+        };
+        let first = lines.first().map_or(0.0, |(_, h)| max_of(h));
+        let all = lines.iter().map(|(_, h)| max_of(h)).fold(0.0, f64::max);
+        let v_max = all.min(3.0 * first.max(1e-9)).max(1e-9) * 1.05;
         let _ = writeln!(
             out,
             r##"<rect x="{left}" y="{y0}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>"##
@@ -387,7 +393,9 @@ fn svg(title: &str, lines: &[(&str, &HostResult)]) -> String {
         );
         for (i, (_, h)) in lines.iter().enumerate() {
             let mut points = String::new();
-            for p in &h.series {
+            // At most about 300 points a line.
+            let every = h.series.len().div_ceil(300).max(1);
+            for p in h.series.iter().filter(|p| p.t <= t_max).step_by(every) {
                 if let Some(v) = get(p).filter(|v| v.is_finite()) {
                     let x = left + pw * p.t / t_max;
                     let y = y0 + ph - ph * (v / v_max).min(1.0);
