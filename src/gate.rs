@@ -161,7 +161,8 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
     }
 }
 
-fn far_future(now: Instant) -> Instant {
+/// The latest instant worth waiting for.
+pub(crate) fn far_future(now: Instant) -> Instant {
     // About 30 years, as tokio itself uses for "never".
     now + std::time::Duration::from_secs(86_400 * 365 * 30)
 }

@@ -14,14 +14,23 @@
 //! 2. **Slot table**: one slot per key, shared by the layer and every
 //!    service made from it.
 //! 3. **Gate**: the request waits in its slot's FIFO queue until the slot's
-//!    delay has passed since the previous dispatch *and* fewer than the
-//!    slot's limit are in flight. A slow slot never holds up another.
+//!    delay has passed since the previous dispatch, fewer than the slot's
+//!    limit are in flight, and no `Retry-After` pause runs. A slow slot
+//!    never holds up another.
 //! 4. **Inner call**: a clone of the inner service is driven to readiness and
 //!    called; the latency is measured from the call to the response head.
 //! 5. **Policy** ([`policy`]): the latency and status go to the slot's
 //!    policy, a pure state machine that answers with the slot's new delay
-//!    and limit.
-//! 6. **Body** ([`body`]): the response body holds the request's in-flight
+//!    and limit. [`Config::default`] uses [`policy::Adaptive`], which finds
+//!    each host's capacity; [`policy::Scrapy2012`] and [`policy::Scrapy`]
+//!    are Scrapy's own rules, [`policy::Aimd`], [`policy::Vegas`] and
+//!    [`policy::Gradient2`] Netflix's.
+//! 6. **Server signals**, on top of any policy: an overload (429, 503, a
+//!    timeout, a refused connection; see [`classify_error`]) halves the
+//!    slot's concurrency and backs its rate off; `Retry-After` pauses the
+//!    slot; the `RateLimit` fields pace it ([`headers`]); a delay floor can
+//!    be set at run time ([`AutoThrottleLayer::set_delay_floor`]).
+//! 7. **Body** ([`body`]): the response body holds the request's in-flight
 //!    place until it ends or is dropped.
 //!
 //! # Example

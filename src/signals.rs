@@ -203,7 +203,9 @@ impl Signals {
         if wait.is_zero() {
             return false;
         }
-        let until = now.checked_add(wait).unwrap_or(now + MAX_BACKOFF);
+        let until = now
+            .checked_add(wait)
+            .unwrap_or_else(|| crate::gate::far_future(now));
         if self.paused_until.is_some_and(|p| p >= until) {
             return false;
         }
@@ -217,7 +219,11 @@ impl Signals {
             RateLimit::Exhausted { reset } => self.retry_after(now, reset),
             RateLimit::Pace { spacing, valid_for } => {
                 self.rate_spacing = spacing;
-                self.rate_until = now.checked_add(valid_for);
+                // A window too long for the clock holds for as long as it can.
+                self.rate_until = Some(
+                    now.checked_add(valid_for)
+                        .unwrap_or_else(|| crate::gate::far_future(now)),
+                );
                 true
             }
         }
