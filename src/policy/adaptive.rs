@@ -67,7 +67,9 @@ use crate::key::SlotKey;
 /// **Delay.** The delay paces a round's requests over half the median
 /// latency, `median / (2 L)`, within `[min_delay, max_delay]`: it never
 /// binds when the limit does, but spreads the burst a raised limit would
-/// otherwise send at once. A new slot starts at `start_delay`.
+/// otherwise send at once; below a millisecond (the timer's resolution,
+/// where a wait would cap the host at 1000 requests a second) there is no
+/// pacing. A new slot starts at `start_delay`.
 ///
 /// Zero or non-finite latencies and ignored outcomes (other 5xx, errors
 /// that say nothing about load) change nothing.
@@ -202,6 +204,8 @@ const MAX_ROUND: usize = 256;
 /// delays every request, while the noise of service times mostly widens the
 /// top of the distribution.
 const LEVEL: f64 = 0.25;
+/// tokio's timer resolution, in seconds: pacing finer than this is dropped.
+const TIMER_RESOLUTION: f64 = 0.001;
 /// The noise assumed until a round has measured it: moderate.
 const PRIOR_SPREAD: f64 = 0.1;
 /// The smallest latency tolerance, relative to the base.
@@ -366,6 +370,10 @@ impl AdaptiveState {
     /// Spreads a round's requests over half the latency.
     fn pace(&mut self, median: f64) {
         let pacing = median / (2.0 * self.limit);
+        // Below the timer's resolution a wait rounds up to a whole
+        // millisecond and would cap a fast host at 1000 requests a second:
+        // no pacing there.
+        let pacing = if pacing < TIMER_RESOLUTION { 0.0 } else { pacing };
         self.delay = pacing.clamp(self.config.min_delay, self.config.max_delay);
     }
 }
