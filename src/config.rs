@@ -9,8 +9,9 @@ use std::time::Duration;
 use http::request::Parts;
 
 use crate::classify::ErrorClassifier;
-use crate::key::{KeyFn, SlotKey};
+use crate::key::{KeyFn, KeyStrategy, SlotKey};
 use crate::policy::{Adaptive, MakePolicy, Outcome};
+use crate::resolve::{Resolve, SystemResolver};
 
 /// How an [`AutoThrottleLayer`](crate::AutoThrottleLayer) throttles.
 ///
@@ -30,6 +31,10 @@ use crate::policy::{Adaptive, MakePolicy, Outcome};
 /// | [`jitter`](ConfigBuilder::jitter) | 0 (off) | `DOWNLOAD_DELAY_JITTER` (`RANDOMIZE_DOWNLOAD_DELAY`) |
 /// | [`seed`](ConfigBuilder::seed) | 0 | |
 /// | [`error_classifier`](ConfigBuilder::error_classifier) | [`classify_error`](crate::classify_error) | |
+/// | [`key_strategy`](ConfigBuilder::key_strategy) | [`KeyStrategy::Authority`] | `CONCURRENT_REQUESTS_PER_IP` (for [`KeyStrategy::ResolvedIp`]) |
+/// | [`resolver`](ConfigBuilder::resolver) | [`SystemResolver`](crate::SystemResolver) | |
+/// | [`dns_ttl`](ConfigBuilder::dns_ttl) | 60 s | |
+/// | [`dns_cache_size`](ConfigBuilder::dns_cache_size) | 10 000 | `DNSCACHE_SIZE` |
 #[derive(Clone)]
 pub struct Config {
     pub(crate) policy: Arc<dyn MakePolicy>,
@@ -40,6 +45,10 @@ pub struct Config {
     pub(crate) jitter: f64,
     pub(crate) seed: u64,
     pub(crate) classifier: Option<ErrorClassifier>,
+    pub(crate) key_strategy: KeyStrategy,
+    pub(crate) resolver: Arc<dyn Resolve>,
+    pub(crate) dns_ttl: Duration,
+    pub(crate) dns_cache_size: usize,
 }
 
 impl Default for Config {
@@ -53,6 +62,10 @@ impl Default for Config {
             jitter: 0.0,
             seed: 0,
             classifier: None,
+            key_strategy: KeyStrategy::Authority,
+            resolver: Arc::new(SystemResolver),
+            dns_ttl: Duration::from_secs(60),
+            dns_cache_size: 10_000,
         }
     }
 }
@@ -71,6 +84,9 @@ impl fmt::Debug for Config {
                 "error_classifier",
                 &self.classifier.as_ref().map(|_| "Fn(&dyn Error)"),
             )
+            .field("key_strategy", &self.key_strategy)
+            .field("dns_ttl", &self.dns_ttl)
+            .field("dns_cache_size", &self.dns_cache_size)
             .finish()
     }
 }
@@ -203,8 +219,47 @@ impl ConfigBuilder {
         self
     }
 
+    /// How requests are grouped into slots when neither a
+    /// [`DownloadSlot`](crate::DownloadSlot) extension nor the key function
+    /// decides; see [`KeyStrategy`].
+    ///
+    /// ```
+    /// use tower_autothrottle::{Config, KeyStrategy};
+    ///
+    /// // One budget per registrable domain, as Crawlee does.
+    /// let config = Config::builder().key_strategy(KeyStrategy::RegistrableDomain).build().unwrap();
+    /// ```
+    pub fn key_strategy(mut self, strategy: KeyStrategy) -> Self {
+        self.config.key_strategy = strategy;
+        self
+    }
+
+    /// The resolver for [`KeyStrategy::ResolvedIp`]; the system's by
+    /// default.
+    pub fn resolver(mut self, resolver: impl Resolve) -> Self {
+        self.config.resolver = Arc::new(resolver);
+        self
+    }
+
+    /// How long a resolution is kept for [`KeyStrategy::ResolvedIp`]
+    /// (failures too: such a host is keyed by name meanwhile). Default 60 s.
+    pub fn dns_ttl(mut self, ttl: Duration) -> Self {
+        self.config.dns_ttl = ttl;
+        self
+    }
+
+    /// How many resolutions are kept at most (Scrapy's `DNSCACHE_SIZE`);
+    /// beyond it the oldest go first. Default 10 000.
+    pub fn dns_cache_size(mut self, entries: usize) -> Self {
+        self.config.dns_cache_size = entries;
+        self
+    }
+
     /// Checks the configuration.
     pub fn build(self) -> Result<Config, ConfigError> {
+        if self.config.dns_cache_size == 0 {
+            return Err(ConfigError::new("dns_cache_size", "must be at least 1"));
+        }
         self.config.policy.validate()?;
         if self.config.max_pending == Some(0) {
             return Err(ConfigError::new("max_pending", "must be at least 1"));

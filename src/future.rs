@@ -18,15 +18,20 @@ use crate::body::ThrottleBody;
 use crate::classify::classify_error;
 use crate::gate::{Permit, Waiting};
 use crate::headers;
+use crate::key::SlotKey;
 use crate::layer::Shared;
 use crate::policy::Outcome;
+use crate::resolve::BoxFuture;
 use crate::slot::{Ended, Hints};
 use crate::BoxError;
 
 pin_project! {
     /// The future returned by [`AutoThrottle`](crate::AutoThrottle).
     ///
-    /// It waits in the request's slot until the gate admits it, drives the
+    /// With [`KeyStrategy::ResolvedIp`](crate::KeyStrategy::ResolvedIp) it
+    /// may first resolve the host (sharing a resolution under way, or using
+    /// one kept from before), then joins its slot's queue. It waits in the
+    /// request's slot until the gate admits it, drives the
     /// inner service (a clone of it) to readiness, calls it, and times the
     /// call until the response head arrives. The measured latency goes to
     /// the slot's policy; the response body carries the request's in-flight
@@ -44,9 +49,22 @@ pin_project! {
     }
 }
 
+/// How a response future starts: in its slot's queue, or resolving the
+/// host that names its slot.
+pub(crate) enum Start {
+    Queued(Waiting),
+    Resolving(BoxFuture<SlotKey>),
+}
+
 pin_project! {
     #[project = StateProj]
     enum State<S, Req, F> {
+        Resolving {
+            resolving: BoxFuture<SlotKey>,
+            service: Option<S>,
+            request: Option<Req>,
+            pending: Option<OwnedSemaphorePermit>,
+        },
         Waiting {
             waiting: Waiting,
             service: Option<S>,
@@ -73,21 +91,28 @@ where
     S: Service<Req>,
 {
     pub(crate) fn new(
-        waiting: Waiting,
+        start: Start,
         service: S,
         request: Req,
         pending: Option<OwnedSemaphorePermit>,
         shared: Arc<Shared>,
     ) -> Self {
-        ResponseFuture {
-            state: State::Waiting {
+        let (service, request) = (Some(service), Some(request));
+        let state = match start {
+            Start::Queued(waiting) => State::Waiting {
                 waiting,
-                service: Some(service),
-                request: Some(request),
+                service,
+                request,
                 pending,
             },
-            shared,
-        }
+            Start::Resolving(resolving) => State::Resolving {
+                resolving,
+                service,
+                request,
+                pending,
+            },
+        };
+        ResponseFuture { state, shared }
     }
 }
 
@@ -103,6 +128,23 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
+                StateProj::Resolving {
+                    resolving,
+                    service,
+                    request,
+                    pending,
+                } => {
+                    let key = ready!(resolving.as_mut().poll(cx));
+                    let waiting = Waiting::enqueue(this.shared.table.slot(key));
+                    let (service, request, pending) =
+                        (service.take(), request.take(), pending.take());
+                    this.state.set(State::Waiting {
+                        waiting,
+                        service,
+                        request,
+                        pending,
+                    });
+                }
                 StateProj::Waiting {
                     waiting,
                     service,
@@ -294,6 +336,7 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
+            State::Resolving { .. } => "Resolving".to_owned(),
             State::Waiting { waiting, .. } => format!("Waiting({waiting:?})"),
             State::Ready { .. } => "Ready".to_owned(),
             State::Calling { .. } => "Calling".to_owned(),

@@ -7,16 +7,28 @@
 //!    meta key);
 //! 2. the key function of the [`Config`](crate::Config), when it returns
 //!    `Some`;
-//! 3. the normalized authority of the request URI: scheme, lower-cased host
-//!    without a trailing dot and without user information, and the port when
-//!    it is not the scheme's default (`http://Example.com:80/` and
-//!    `http://user@example.com/` both map to `http://example.com`);
-//! 4. the `Host` header, normalized the same way (with the URI's scheme, or
-//!    `http` when the URI has none);
-//! 5. the fallback slot [`SlotKey::fallback`], shared by every request that
+//! 3. the [`KeyStrategy`] of the config, applied to the request URI's
+//!    authority, or, when the URI has none, to its `Host` header:
+//!    - [`KeyStrategy::Authority`] (the default): scheme, host and the port
+//!      when it is not the scheme's default (`http://Example.com:80/` and
+//!      `http://user@example.com/` both map to `http://example.com`);
+//!    - [`KeyStrategy::Host`]: the host alone (`http://a.com:8080` and
+//!      `https://a.com` share `a.com`), as Scrapy keys slots today;
+//!    - [`KeyStrategy::RegistrableDomain`]: the host's registrable domain by
+//!      the Public Suffix List (`a.example.co.uk` and `b.example.co.uk`
+//!      share `example.co.uk`); IP literals, single-label hosts and hosts
+//!      that are public suffixes themselves key by themselves;
+//!    - [`KeyStrategy::ResolvedIp`]: the address the host resolves to (the
+//!      original AutoThrottle's `ip_concurrency`), so that names served by
+//!      one machine share one budget; see [`Resolve`](crate::Resolve);
+//! 4. the fallback slot [`SlotKey::fallback`], shared by every request that
 //!    names no host at all.
 //!
-//! Key selection never fails and never panics.
+//! Hosts are always lower-cased and lose a trailing dot (`Example.COM.` is
+//! `example.com`); IPv6 literals keep their brackets (`[::1]`); an
+//! internationalized name is keyed in the ASCII (punycode) form a URI
+//! carries. Key selection never fails and never panics: a failed resolution
+//! falls back to the host key.
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -160,40 +172,178 @@ impl DownloadSlot {
     }
 }
 
+/// How a request's slot is chosen when neither a [`DownloadSlot`] extension
+/// nor the key function decides; see the [module documentation](self).
+///
+/// The same request, keyed four ways:
+///
+/// ```
+/// use std::convert::Infallible;
+/// use tower::{Layer, ServiceExt};
+/// use tower_autothrottle::{AutoThrottleLayer, Config, KeyStrategy};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// for (strategy, key) in [
+///     (KeyStrategy::Authority, "https://www.example.co.uk:8443"),
+///     (KeyStrategy::Host, "www.example.co.uk"),
+///     (KeyStrategy::RegistrableDomain, "example.co.uk"),
+///     (KeyStrategy::ResolvedIp, "192.0.2.7"),
+/// ] {
+///     let config = Config::builder()
+///         .key_strategy(strategy)
+///         // A stand-in resolver; by default the system's is used.
+///         .resolver(|_host: String| async { Ok::<_, tower_autothrottle::BoxError>(vec!["192.0.2.7".parse().unwrap()]) })
+///         .build()
+///         .unwrap();
+///     let throttle = AutoThrottleLayer::new(config);
+///     let service = throttle.layer(tower::service_fn(|_req: http::Request<()>| async {
+///         Ok::<_, Infallible>(http::Response::new(String::new()))
+///     }));
+///     let request = http::Request::get("https://WWW.Example.co.uk:8443/page").body(()).unwrap();
+///     service.oneshot(request).await.unwrap();
+///     assert_eq!(throttle.slots()[0].key.as_str(), key);
+/// }
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KeyStrategy {
+    /// `scheme://host[:port]`, the port left out when it is the default.
+    #[default]
+    Authority,
+    /// The host alone, whatever the scheme and port.
+    Host,
+    /// The registrable domain (the Public Suffix List's "eTLD+1").
+    RegistrableDomain,
+    /// The first address the host resolves to.
+    ResolvedIp,
+}
+
+impl SlotKey {
+    /// The key of a host alone: lower-cased, without a trailing dot.
+    ///
+    /// ```
+    /// use tower_autothrottle::SlotKey;
+    /// assert_eq!(SlotKey::host("WWW.Example.COM.").as_str(), "www.example.com");
+    /// ```
+    pub fn host(host: &str) -> Self {
+        SlotKey::new(normalize_host(host))
+    }
+
+    /// The key of a host's registrable domain by the Public Suffix List;
+    /// IP literals, single-label hosts and public suffixes themselves key
+    /// by themselves.
+    ///
+    /// ```
+    /// use tower_autothrottle::SlotKey;
+    /// assert_eq!(SlotKey::registrable_domain("a.b.Example.co.uk").as_str(), "example.co.uk");
+    /// assert_eq!(SlotKey::registrable_domain("localhost").as_str(), "localhost");
+    /// assert_eq!(SlotKey::registrable_domain("10.0.0.1").as_str(), "10.0.0.1");
+    /// ```
+    pub fn registrable_domain(host: &str) -> Self {
+        let host = normalize_host(host);
+        if ip_literal(&host).is_some() {
+            return SlotKey::new(host);
+        }
+        match psl::domain_str(&host) {
+            Some(domain) if domain.contains('.') => SlotKey::new(domain),
+            _ => SlotKey::new(host),
+        }
+    }
+
+    /// The key of an address: `93.184.216.34`, or `[2001:db8::1]`.
+    pub fn ip(addr: std::net::IpAddr) -> Self {
+        match addr {
+            std::net::IpAddr::V4(v4) => SlotKey::new(v4.to_string()),
+            std::net::IpAddr::V6(v6) => SlotKey::new(format!("[{v6}]")),
+        }
+    }
+}
+
+/// Lower-cases a host and drops one trailing dot.
+pub(crate) fn normalize_host(host: &str) -> String {
+    let host = host
+        .strip_suffix('.')
+        .filter(|h| !h.is_empty())
+        .unwrap_or(host);
+    host.to_ascii_lowercase()
+}
+
+/// The address of an IP-literal host (`10.0.0.1`, `[::1]`), if it is one.
+pub(crate) fn ip_literal(host: &str) -> Option<std::net::IpAddr> {
+    let bare = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    bare.parse().ok()
+}
+
 /// A function that chooses the slot for a request from its head.
 ///
 /// Returning `None` falls back to the default keying by authority.
 pub type KeyFn = Arc<dyn Fn(&Parts) -> Option<SlotKey> + Send + Sync>;
 
-/// Chooses the slot key of a request head, following the precedence in the
-/// [module documentation](self).
-pub(crate) fn key_for(parts: &Parts, key_fn: Option<&KeyFn>) -> SlotKey {
-    if let Some(DownloadSlot(key)) = parts.extensions.get::<DownloadSlot>() {
-        return key.clone();
-    }
-    if let Some(key) = key_fn.and_then(|f| f(parts)) {
-        return key;
-    }
-    authority_key(parts)
+/// What a request's head says about its slot.
+#[derive(Debug)]
+pub(crate) enum KeyChoice {
+    /// The key is known.
+    Ready(SlotKey),
+    /// The key is the address `host` resolves to, or `fallback` if it does
+    /// not resolve.
+    Resolve { host: String, fallback: SlotKey },
 }
 
-/// The default keying: URI authority, then `Host` header, then the fallback.
-pub(crate) fn authority_key(parts: &Parts) -> SlotKey {
-    let scheme = parts.uri.scheme();
+/// Chooses the slot key of a request head, following the precedence in the
+/// [module documentation](self).
+pub(crate) fn key_for(parts: &Parts, key_fn: Option<&KeyFn>, strategy: KeyStrategy) -> KeyChoice {
+    if let Some(DownloadSlot(key)) = parts.extensions.get::<DownloadSlot>() {
+        return KeyChoice::Ready(key.clone());
+    }
+    if let Some(key) = key_fn.and_then(|f| f(parts)) {
+        return KeyChoice::Ready(key);
+    }
+    let Some(authority) = request_authority(parts) else {
+        return KeyChoice::Ready(SlotKey::fallback());
+    };
+    KeyChoice::Ready(match strategy {
+        KeyStrategy::Authority => SlotKey::from_authority(parts.uri.scheme(), &authority),
+        KeyStrategy::Host => SlotKey::host(authority.host()),
+        KeyStrategy::RegistrableDomain => SlotKey::registrable_domain(authority.host()),
+        KeyStrategy::ResolvedIp => {
+            let host = normalize_host(authority.host());
+            match ip_literal(&host) {
+                Some(addr) => SlotKey::ip(addr),
+                None => {
+                    let fallback = SlotKey::new(host.clone());
+                    return KeyChoice::Resolve { host, fallback };
+                }
+            }
+        }
+    })
+}
+
+/// The URI's authority, else the `Host` header's.
+fn request_authority(parts: &Parts) -> Option<Authority> {
     if let Some(authority) = parts.uri.authority() {
         if !authority.host().is_empty() {
-            return SlotKey::from_authority(scheme, authority);
+            return Some(authority.clone());
         }
     }
-    let from_host = parts
+    parts
         .headers
         .get(HOST)
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<Authority>().ok())
-        .filter(|a| !a.host().is_empty());
-    match from_host {
-        Some(authority) => SlotKey::from_authority(scheme, &authority),
-        None => SlotKey::fallback(),
+        .filter(|a| !a.host().is_empty())
+}
+
+/// The default keying: by authority.
+#[cfg(test)]
+fn authority_key(parts: &Parts) -> SlotKey {
+    match key_for(parts, None, KeyStrategy::Authority) {
+        KeyChoice::Ready(key) => key,
+        KeyChoice::Resolve { fallback, .. } => fallback,
     }
 }
 
@@ -246,6 +396,13 @@ mod tests {
         assert_eq!(authority_key(&parts), SlotKey::fallback());
     }
 
+    fn ready(choice: KeyChoice) -> String {
+        match choice {
+            KeyChoice::Ready(key) => key.as_str().to_owned(),
+            other => panic!("not ready: {other:?}"),
+        }
+    }
+
     #[test]
     fn precedence_extension_then_key_fn() {
         let key_fn: KeyFn = Arc::new(|_| Some(SlotKey::new("from-fn")));
@@ -253,11 +410,65 @@ mod tests {
             .body(())
             .unwrap()
             .into_parts();
-        assert_eq!(key_for(&parts, Some(&key_fn)).as_str(), "from-fn");
+        let strategy = KeyStrategy::ResolvedIp;
+        assert_eq!(ready(key_for(&parts, Some(&key_fn), strategy)), "from-fn");
         parts.extensions.insert(DownloadSlot::new("from-ext"));
-        assert_eq!(key_for(&parts, Some(&key_fn)).as_str(), "from-ext");
+        assert_eq!(ready(key_for(&parts, Some(&key_fn), strategy)), "from-ext");
         let none_fn: KeyFn = Arc::new(|_| None);
         parts.extensions.clear();
-        assert_eq!(key_for(&parts, Some(&none_fn)).as_str(), "http://a.com");
+        let auth = KeyStrategy::Authority;
+        assert_eq!(ready(key_for(&parts, Some(&none_fn), auth)), "http://a.com");
+    }
+
+    fn with(uri: &str, strategy: KeyStrategy) -> KeyChoice {
+        let (parts, ()) = http::Request::get(uri).body(()).unwrap().into_parts();
+        key_for(&parts, None, strategy)
+    }
+
+    #[test]
+    fn host_strategy_ignores_scheme_and_port() {
+        let h = KeyStrategy::Host;
+        assert_eq!(ready(with("http://A.com:8080/x", h)), "a.com");
+        assert_eq!(ready(with("https://a.com./", h)), "a.com");
+        assert_eq!(ready(with("http://[::1]:80/", h)), "[::1]");
+        assert_eq!(
+            ready(with("http://xn--bcher-kva.example/", h)),
+            "xn--bcher-kva.example"
+        );
+    }
+
+    #[test]
+    fn registrable_domain_strategy() {
+        let r = KeyStrategy::RegistrableDomain;
+        assert_eq!(ready(with("http://a.example.co.uk/", r)), "example.co.uk");
+        assert_eq!(
+            ready(with("https://B.Example.CO.UK.:8443/", r)),
+            "example.co.uk"
+        );
+        assert_eq!(
+            ready(with("http://www.xn--85x722f.xn--55qx5d.cn/", r)),
+            "xn--85x722f.xn--55qx5d.cn"
+        );
+        assert_eq!(ready(with("http://a.b.c.github.io/", r)), "c.github.io");
+        assert_eq!(ready(with("http://localhost:3000/", r)), "localhost");
+        assert_eq!(ready(with("http://co.uk/", r)), "co.uk");
+        assert_eq!(ready(with("http://192.168.0.1/", r)), "192.168.0.1");
+        assert_eq!(ready(with("http://[2001:db8::1]/", r)), "[2001:db8::1]");
+    }
+
+    #[test]
+    fn resolved_ip_strategy_resolves_names_but_not_literals() {
+        let ip = KeyStrategy::ResolvedIp;
+        assert_eq!(ready(with("http://10.0.0.7:81/", ip)), "10.0.0.7");
+        assert_eq!(ready(with("http://[2001:DB8::1]/", ip)), "[2001:db8::1]");
+        match with("http://WWW.Example.com./", ip) {
+            KeyChoice::Resolve { host, fallback } => {
+                assert_eq!(host, "www.example.com");
+                assert_eq!(fallback.as_str(), "www.example.com");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without any host: the fallback slot, never a resolution.
+        assert_eq!(ready(with("/", ip)), "default");
     }
 }

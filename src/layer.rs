@@ -8,7 +8,8 @@ use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
 use crate::config::Config;
-use crate::key::SlotKey;
+use crate::key::{KeyStrategy, SlotKey};
+use crate::resolve::DnsCache;
 use crate::service::AutoThrottle;
 use crate::slot::{SlotSnapshot, SlotTable};
 
@@ -42,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) table: SlotTable,
     pub(crate) pending: Option<Arc<Semaphore>>,
+    /// Resolutions, for [`KeyStrategy::ResolvedIp`] only.
+    pub(crate) dns: Option<Arc<DnsCache>>,
 }
 
 impl AutoThrottleLayer {
@@ -50,11 +53,19 @@ impl AutoThrottleLayer {
         let pending = config
             .max_pending
             .map(|max| Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))));
+        let dns = (config.key_strategy == KeyStrategy::ResolvedIp).then(|| {
+            Arc::new(DnsCache::new(
+                Arc::clone(&config.resolver),
+                config.dns_ttl,
+                config.dns_cache_size,
+            ))
+        });
         AutoThrottleLayer {
             shared: Arc::new(Shared {
                 table: SlotTable::new(Arc::clone(&config.policy), config.jitter, config.seed),
                 config,
                 pending,
+                dns,
             }),
         }
     }

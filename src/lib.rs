@@ -83,6 +83,7 @@ pub mod headers;
 pub mod key;
 mod layer;
 pub mod policy;
+mod resolve;
 mod service;
 mod signals;
 mod slot;
@@ -91,8 +92,9 @@ pub use body::ThrottleBody;
 pub use classify::{classify_error, ErrorClassifier};
 pub use config::{Config, ConfigBuilder, ConfigError};
 pub use future::ResponseFuture;
-pub use key::{DownloadSlot, KeyFn, SlotKey};
+pub use key::{DownloadSlot, KeyFn, KeyStrategy, SlotKey};
 pub use layer::AutoThrottleLayer;
+pub use resolve::{BoxFuture, Resolve, SystemResolver};
 pub use service::AutoThrottle;
 pub use slot::SlotSnapshot;
 

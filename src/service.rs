@@ -11,9 +11,9 @@ use tokio_util::sync::PollSemaphore;
 use tower_service::Service;
 
 use crate::config::Config;
-use crate::future::ResponseFuture;
+use crate::future::{ResponseFuture, Start};
 use crate::gate::Waiting;
-use crate::key::key_for;
+use crate::key::{key_for, KeyChoice};
 use crate::layer::{AutoThrottleLayer, Shared};
 use crate::slot::SlotSnapshot;
 use crate::BoxError;
@@ -128,7 +128,8 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let key = key_for(&parts, self.shared.config.key_fn.as_ref());
+        let config = &self.shared.config;
+        let choice = key_for(&parts, config.key_fn.as_ref(), config.key_strategy);
         let request = Request::from_parts(parts, body);
         let mut pending = self.permit.take();
         if pending.is_none() {
@@ -136,17 +137,26 @@ where
                 pending = Arc::clone(semaphore).try_acquire_owned().ok();
                 if pending.is_none() {
                     tracing::warn!(
-                        slot = %key,
                         "AutoThrottle::call without poll_ready while max_pending is reached: \
                          the request goes ahead outside the bound"
                     );
                 }
             }
         }
-        let slot = self.shared.table.slot(key);
-        let waiting = Waiting::enqueue(slot);
+        // The key is known now (the request joins its slot's queue in call
+        // order), or after a resolution.
+        let start = match choice {
+            KeyChoice::Ready(key) => Start::Queued(Waiting::enqueue(self.shared.table.slot(key))),
+            KeyChoice::Resolve { host, fallback } => match &self.shared.dns {
+                Some(dns) => match dns.cached(&host, &fallback) {
+                    Some(key) => Start::Queued(Waiting::enqueue(self.shared.table.slot(key))),
+                    None => Start::Resolving(dns.key(host, fallback)),
+                },
+                None => Start::Queued(Waiting::enqueue(self.shared.table.slot(fallback))),
+            },
+        };
         ResponseFuture::new(
-            waiting,
+            start,
             self.inner.clone(),
             request,
             pending,

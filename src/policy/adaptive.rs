@@ -373,7 +373,11 @@ impl AdaptiveState {
         // Below the timer's resolution a wait rounds up to a whole
         // millisecond and would cap a fast host at 1000 requests a second:
         // no pacing there.
-        let pacing = if pacing < TIMER_RESOLUTION { 0.0 } else { pacing };
+        let pacing = if pacing < TIMER_RESOLUTION {
+            0.0
+        } else {
+            pacing
+        };
         self.delay = pacing.clamp(self.config.min_delay, self.config.max_delay);
     }
 }
