@@ -69,7 +69,7 @@ use crate::key::SlotKey;
 /// binds when the limit does, but spreads the burst a raised limit would
 /// otherwise send at once; below a millisecond (the timer's resolution,
 /// where a wait would cap the host at 1000 requests a second) there is no
-/// pacing. A new slot starts at `start_delay`.
+/// pacing. A new slot starts at `start_delay` (raised to `min_delay`).
 ///
 /// Zero or non-finite latencies and ignored outcomes (other 5xx, errors
 /// that say nothing about load) change nothing.
@@ -179,7 +179,7 @@ impl MakePolicy for Adaptive {
             .clamp(1, self.max_concurrency.max(1)) as f64;
         Box::new(AdaptiveState {
             limit,
-            delay: self.start_delay,
+            delay: self.start_delay.max(self.min_delay),
             base: None,
             slow_start: true,
             round: Vec::new(),
@@ -521,6 +521,14 @@ mod tests {
         p.on_sample(&ok(0.0, 1));
         p.on_sample(&ok(f64::NAN, 1));
         assert_eq!(p.throttle(), before);
+    }
+
+    #[test]
+    fn the_start_delay_is_raised_to_the_minimum() {
+        let p = Adaptive::default()
+            .min_delay_secs(0.5)
+            .make_policy(&SlotKey::new("t"));
+        assert_eq!(p.throttle().delay_secs(), 0.5);
     }
 
     #[test]
