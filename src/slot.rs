@@ -1,8 +1,10 @@
 //! The slot table and each slot's state.
 //!
-//! Every slot keeps, under one mutex: its policy, the delay and limit the
-//! policy last decided, how many requests are in flight, when the last one
-//! was dispatched, and the FIFO queue of waiting requests. All reads and
+//! Every slot keeps, under one mutex: its policy and the policy's last
+//! answer, the layer's signals (overload backoff, `Retry-After` pause,
+//! rate-limit pacing, delay floor, jitter), how many requests are in flight,
+//! when the last one was dispatched, and the FIFO queue of waiting
+//! requests. All reads and
 //! writes of that state happen under the slot's lock, in short critical
 //! sections that never wait, never call into the inner service and never
 //! wake a task (wakers are taken out and woken after the lock is released),
@@ -32,9 +34,12 @@ use crate::signals::Signals;
 pub struct SlotSnapshot {
     /// The slot's key.
     pub key: SlotKey,
-    /// The current download delay (minimum start-to-start spacing).
+    /// The download delay in force (minimum start-to-start spacing): the
+    /// policy's, raised by the floor, rate-limit pacing and overload
+    /// backoff.
     pub delay: Duration,
-    /// The current concurrency limit.
+    /// The concurrency limit in force: the policy's, lowered by the
+    /// overload backoff.
     pub concurrency: usize,
     /// Requests dispatched whose response body has not ended yet.
     pub in_flight: usize,
