@@ -55,9 +55,12 @@ use crate::key::SlotKey;
 /// resets the step to one.
 ///
 /// **Early exit.** Once each of the last four responses took twice the base
-/// (1.25 times in slow start, as TCP's HyStart), or 1.5 standard errors of
-/// such a small round above it if more, the round ends at once and is
-/// judged on those four: a capacity drop is acted on within four responses.
+/// (1.25 times in slow start, as TCP's HyStart), and more than 1.5
+/// standard errors of such a small round above it, and (after slow start)
+/// more than no-load latencies reach one time in ten (the 90th percentile
+/// of queue-free rounds, relative to their level: heavy tails then do not
+/// pass for a capacity drop), the round ends at once and is judged on those
+/// four: a capacity drop is acted on within four responses.
 ///
 /// **Overload** (a 429 or 503, a timeout, a refused connection; the layer
 /// passes on only the first of a burst) halves the limit at once and ends
@@ -186,6 +189,7 @@ impl MakePolicy for Adaptive {
             skip: 0,
             spread: PRIOR_SPREAD,
             spread_known: false,
+            tail: 1.0,
             step: 1.0,
             ceiling: 0.0,
             config: self.clone(),
@@ -238,6 +242,9 @@ struct AdaptiveState {
     step: f64,
     /// Whether `spread` was measured yet (until then it is a prior).
     spread_known: bool,
+    /// Smoothed 90th percentile of queue-free rounds, relative to their
+    /// level: how far no-load latencies stray (1 until measured).
+    tail: f64,
     config: Adaptive,
 }
 
@@ -265,7 +272,11 @@ impl AdaptiveState {
         } else {
             STRONG
         };
-        let threshold = strong.max(1.0 + 1.5 * self.noise(EARLY));
+        // Beyond what no-load latencies reach one time in ten, too: four
+        // such in a row by chance is then about one window in 10 000.
+        let threshold = strong
+            .max(1.0 + 1.5 * self.noise(EARLY))
+            .max(if self.slow_start { 1.0 } else { self.tail });
         self.round[self.round.len() - EARLY..]
             .iter()
             .all(|&(latency, _)| latency >= threshold * base)
@@ -305,6 +316,7 @@ impl AdaptiveState {
         latencies.sort_by(f64::total_cmp);
         let level = quantile(&latencies, LEVEL);
         let median = quantile(&latencies, 0.5);
+        let high = quantile(&latencies, 0.9);
         let spread = (median - level) / level;
         if !self.spread_known && spread.is_finite() && n >= EARLY {
             self.spread = spread;
@@ -329,6 +341,14 @@ impl AdaptiveState {
             // widens the spread and would hide itself.
             if self.spread_known && spread.is_finite() && n >= EARLY {
                 self.spread += (spread - self.spread) * BASE_GAIN;
+            }
+            let tail = high / level;
+            if tail.is_finite() && n >= MIN_ROUND {
+                self.tail = if self.tail == 1.0 {
+                    tail
+                } else {
+                    self.tail + (tail - self.tail) * BASE_GAIN
+                };
             }
         } else {
             self.base = Some(base);
