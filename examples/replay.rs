@@ -79,130 +79,80 @@ fn run() -> Result<(), String> {
     replay(&*policy, stdin, stdout).map_err(|e| e.to_string())
 }
 
+/// Applies each `--flag` given to a policy builder, with its method.
+macro_rules! with_flags {
+    ($f:expr, $policy:expr, { $($flag:literal => $method:ident),* $(,)? }) => {{
+        let mut policy = $policy;
+        $(
+            if let Some(value) = $f.num($flag)? {
+                policy = policy.$method(value);
+            }
+        )*
+        policy
+    }};
+}
+
 fn build(name: &str, f: &mut Flags) -> Result<Box<dyn MakePolicy>, String> {
     Ok(match name {
-        Adaptive::NAME | "default" => {
-            let mut p = Adaptive::default();
-            if let Some(v) = f.num("start-delay")? {
-                p = p.start_delay_secs(v);
-            }
-            if let Some(v) = f.num("min-delay")? {
-                p = p.min_delay_secs(v);
-            }
-            if let Some(v) = f.num("max-delay")? {
-                p = p.max_delay_secs(v);
-            }
-            if let Some(v) = f.num("initial-concurrency")? {
-                p = p.initial_concurrency(v);
-            }
-            if let Some(v) = f.num("max-concurrency")? {
-                p = p.max_concurrency(v);
-            }
-            Box::new(p)
-        }
-        Scrapy::NAME => {
-            let mut p = Scrapy::default();
-            if let Some(v) = f.num("start-delay")? {
-                p = p.start_delay_secs(v);
-            }
-            if let Some(v) = f.num("min-delay")? {
-                p = p.min_delay_secs(v);
-            }
-            if let Some(v) = f.num("max-delay")? {
-                p = p.max_delay_secs(v);
-            }
-            if let Some(v) = f.num("target-concurrency")? {
-                p = p.target_concurrency(v);
-            }
-            if let Some(v) = f.num("max-concurrency")? {
-                p = p.max_concurrency(v);
-            }
-            Box::new(p)
-        }
-        Scrapy2012::NAME => {
-            let mut p = Scrapy2012::default();
-            if let Some(v) = f.num("start-delay")? {
-                p = p.start_delay_secs(v);
-            }
-            if let Some(v) = f.num("check-period")? {
-                p = p.check_period(v);
-            }
-            if let Some(v) = f.num("max-concurrency")? {
-                p = p.max_concurrency(v);
-            }
-            Box::new(p)
-        }
+        Adaptive::NAME | "default" => Box::new(with_flags!(f, Adaptive::default(), {
+            "start-delay" => start_delay_secs,
+            "min-delay" => min_delay_secs,
+            "max-delay" => max_delay_secs,
+            "initial-concurrency" => initial_concurrency,
+            "max-concurrency" => max_concurrency,
+        })),
+        Scrapy::NAME => Box::new(with_flags!(f, Scrapy::default(), {
+            "start-delay" => start_delay_secs,
+            "min-delay" => min_delay_secs,
+            "max-delay" => max_delay_secs,
+            "target-concurrency" => target_concurrency,
+            "max-concurrency" => max_concurrency,
+        })),
+        Scrapy2012::NAME => Box::new(with_flags!(f, Scrapy2012::default(), {
+            "start-delay" => start_delay_secs,
+            "check-period" => check_period,
+            "max-concurrency" => max_concurrency,
+        })),
         Aimd::NAME => {
-            let mut p = Aimd::default();
-            if let Some(v) = f.num("initial-limit")? {
-                p = p.initial_limit(v);
-            }
-            if let Some(v) = f.num("min-limit")? {
-                p = p.min_limit(v);
-            }
-            if let Some(v) = f.limit_max()? {
-                p = p.max_limit(v);
-            }
-            if let Some(v) = f.num("backoff-ratio")? {
-                p = p.backoff_ratio(v);
-            }
-            if let Some(v) = f.num("timeout")? {
-                p = p.timeout_secs(v);
-            }
-            if let Some(v) = f.num("min-delay")? {
-                p = p.min_delay_secs(v);
-            }
-            Box::new(p)
+            let p = with_flags!(f, Aimd::default(), {
+                "initial-limit" => initial_limit,
+                "min-limit" => min_limit,
+                "backoff-ratio" => backoff_ratio,
+                "timeout" => timeout_secs,
+                "min-delay" => min_delay_secs,
+            });
+            Box::new(match f.limit_max()? {
+                Some(max) => p.max_limit(max),
+                None => p,
+            })
         }
         Vegas::NAME => {
-            let mut p = Vegas::default();
-            if let Some(v) = f.num("initial-limit")? {
-                p = p.initial_limit(v);
-            }
-            if let Some(v) = f.limit_max()? {
-                p = p.max_limit(v);
-            }
-            if let Some(v) = f.num("smoothing")? {
-                p = p.smoothing(v);
-            }
-            if let Some(v) = f.num("probe-multiplier")? {
-                p = p.probe_multiplier(v);
-            }
-            if let Some(v) = f.num("min-delay")? {
-                p = p.min_delay_secs(v);
-            }
-            if let Some(v) = f.num("seed")? {
-                p = p.seed(v);
-            }
-            Box::new(p)
+            let p = with_flags!(f, Vegas::default(), {
+                "initial-limit" => initial_limit,
+                "smoothing" => smoothing,
+                "probe-multiplier" => probe_multiplier,
+                "min-delay" => min_delay_secs,
+                "seed" => seed,
+            });
+            Box::new(match f.limit_max()? {
+                Some(max) => p.max_limit(max),
+                None => p,
+            })
         }
         Gradient2::NAME => {
-            let mut p = Gradient2::default();
-            if let Some(v) = f.num("initial-limit")? {
-                p = p.initial_limit(v);
-            }
-            if let Some(v) = f.num("min-limit")? {
-                p = p.min_limit(v);
-            }
-            if let Some(v) = f.limit_max()? {
-                p = p.max_limit(v);
-            }
-            if let Some(v) = f.num("smoothing")? {
-                p = p.smoothing(v);
-            }
-            if let Some(v) = f.num("queue-size")? {
-                p = p.queue_size(v);
-            }
-            if let Some(v) = f.num("long-window")? {
-                p = p.long_window(v);
-            }
-            if let Some(v) = f.num("rtt-tolerance")? {
-                p = p.rtt_tolerance(v);
-            }
-            if let Some(v) = f.num("min-delay")? {
-                p = p.min_delay_secs(v);
-            }
-            Box::new(p)
+            let p = with_flags!(f, Gradient2::default(), {
+                "initial-limit" => initial_limit,
+                "min-limit" => min_limit,
+                "smoothing" => smoothing,
+                "queue-size" => queue_size,
+                "long-window" => long_window,
+                "rtt-tolerance" => rtt_tolerance,
+                "min-delay" => min_delay_secs,
+            });
+            Box::new(match f.limit_max()? {
+                Some(max) => p.max_limit(max),
+                None => p,
+            })
         }
         other => return Err(format!("unknown policy {other:?}\n{USAGE}")),
     })
