@@ -288,3 +288,32 @@ async fn scrapy_2012_sees_429_as_a_plain_response_while_the_layer_backs_off() {
     .unwrap();
     assert_eq!(out, b"1.000000 1\n");
 }
+
+#[tokio::test(start_paused = true)]
+async fn absurd_retry_after_with_an_unbounded_cap_saturates_without_panic() {
+    let recorder = Recorder::default();
+    let config = Config::builder()
+        .policy(Scripted::new(Duration::ZERO, 1))
+        .max_retry_after(Duration::MAX)
+        .build()
+        .unwrap();
+    let layer = AutoThrottleLayer::new(config);
+    let mut svc = layer.layer(server(recorder.clone()));
+    let req = with(
+        request("http://a.test/", 0, 0),
+        &[
+            ("x-status", "429"),
+            ("x-reply-retry-after", "18446744073709551615"),
+        ],
+    );
+    spawn_request(&mut svc, req).await.unwrap().unwrap();
+    let paused = layer.slot("http://a.test").unwrap().paused_until.unwrap();
+    assert!(paused - Instant::now() > Duration::from_secs(86_400 * 365));
+    // A request waits (it would wait decades); dropping it leaves nothing.
+    let waiting = spawn_request(&mut svc, request("http://a.test/", 1, 0));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    waiting.abort();
+    let _ = waiting.await;
+    let snap = layer.slot("http://a.test").unwrap();
+    assert_eq!((snap.in_flight, snap.queued, snap.dispatched), (0, 0, 1));
+}
