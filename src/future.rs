@@ -277,7 +277,17 @@ fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -
         }
     }
     match headers::rate_limit(headers, max) {
-        Ok(limit) => hints.rate_limit = limit,
+        Ok(limit) => {
+            let window = match limit {
+                Some(headers::RateLimit::Exhausted { reset }) => Some(reset),
+                Some(headers::RateLimit::Pace { valid_for, .. }) => Some(valid_for),
+                None => None,
+            };
+            if window == Some(max) {
+                tracing::warn!(slot, ?max, "RateLimit window at or above max_retry_after: capped");
+            }
+            hints.rate_limit = limit;
+        }
         Err(error) => tracing::warn!(slot, %error, "ignored"),
     }
     hints

@@ -125,7 +125,8 @@ pub enum RateLimit {
 /// - The earlier drafts' separate `RateLimit-Remaining` and `RateLimit-Reset`
 ///   (delta seconds), read the same way as `r` and `t`.
 ///
-/// Windows longer than `max_window` are cut to it. `Ok(None)` means the
+/// Windows longer than `max_window` are cut to it (the layer logs a warning
+/// then). `Ok(None)` means the
 /// response has no such fields; an `Err` means a field is present but
 /// malformed (the caller ignores it).
 ///
