@@ -35,6 +35,8 @@ use crate::resolve::{Resolve, SystemResolver};
 /// | [`resolver`](ConfigBuilder::resolver) | [`SystemResolver`](crate::SystemResolver) | |
 /// | [`dns_ttl`](ConfigBuilder::dns_ttl) | 60 s | |
 /// | [`dns_cache_size`](ConfigBuilder::dns_cache_size) | 10 000 | `DNSCACHE_SIZE` |
+/// | [`idle_timeout`](ConfigBuilder::idle_timeout) | 5 min | |
+/// | [`max_slots`](ConfigBuilder::max_slots) | 100 000 | |
 #[derive(Clone)]
 pub struct Config {
     pub(crate) policy: Arc<dyn MakePolicy>,
@@ -49,6 +51,8 @@ pub struct Config {
     pub(crate) resolver: Arc<dyn Resolve>,
     pub(crate) dns_ttl: Duration,
     pub(crate) dns_cache_size: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_slots: usize,
 }
 
 impl Default for Config {
@@ -66,6 +70,8 @@ impl Default for Config {
             resolver: Arc::new(SystemResolver),
             dns_ttl: Duration::from_secs(60),
             dns_cache_size: 10_000,
+            idle_timeout: Duration::from_secs(300),
+            max_slots: 100_000,
         }
     }
 }
@@ -87,6 +93,8 @@ impl fmt::Debug for Config {
             .field("key_strategy", &self.key_strategy)
             .field("dns_ttl", &self.dns_ttl)
             .field("dns_cache_size", &self.dns_cache_size)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_slots", &self.max_slots)
             .finish()
     }
 }
@@ -255,8 +263,27 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long a slot is kept, with what it learned, once nothing holds it
+    /// to its host (no request in flight or queued, no delay floor, no
+    /// running pause or delay). Default 5 minutes.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// Bounds the slots kept: beyond it, the least recently used idle ones
+    /// are dropped early. Busy slots are never dropped, so the bound can be
+    /// passed while more hosts than it are busy at once. Default 100 000.
+    pub fn max_slots(mut self, max: usize) -> Self {
+        self.config.max_slots = max;
+        self
+    }
+
     /// Checks the configuration.
     pub fn build(self) -> Result<Config, ConfigError> {
+        if self.config.max_slots == 0 {
+            return Err(ConfigError::new("max_slots", "must be at least 1"));
+        }
         if self.config.dns_cache_size == 0 {
             return Err(ConfigError::new("dns_cache_size", "must be at least 1"));
         }

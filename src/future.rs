@@ -135,7 +135,7 @@ where
                     pending,
                 } => {
                     let key = ready!(resolving.as_mut().poll(cx));
-                    let waiting = Waiting::enqueue(this.shared.table.slot(key));
+                    let waiting = this.shared.enqueue(key);
                     let (service, request, pending) =
                         (service.take(), request.take(), pending.take());
                     this.state.set(State::Waiting {
@@ -284,7 +284,11 @@ fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -
                 None => None,
             };
             if window == Some(max) {
-                tracing::warn!(slot, ?max, "RateLimit window at or above max_retry_after: capped");
+                tracing::warn!(
+                    slot,
+                    ?max,
+                    "RateLimit window at or above max_retry_after: capped"
+                );
             }
             hints.rate_limit = limit;
         }

@@ -63,6 +63,7 @@ impl Waiting {
             let ticket = state.next_ticket;
             state.next_ticket += 1;
             state.waiters.insert(ticket, None);
+            state.last_used = Instant::now();
             ticket
         };
         Waiting {

@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
 use crate::config::Config;
+use crate::gate::Waiting;
 use crate::key::{KeyStrategy, SlotKey};
 use crate::resolve::DnsCache;
 use crate::service::AutoThrottle;
@@ -47,6 +48,14 @@ pub(crate) struct Shared {
     pub(crate) dns: Option<Arc<DnsCache>>,
 }
 
+impl Shared {
+    /// Joins the back of `key`'s queue (creating the slot if needed).
+    pub(crate) fn enqueue(&self, key: SlotKey) -> Waiting {
+        self.table
+            .with_slot(key, |slot| Waiting::enqueue(Arc::clone(slot)))
+    }
+}
+
 impl AutoThrottleLayer {
     /// A layer with its own, empty table of slots.
     pub fn new(config: Config) -> Self {
@@ -62,7 +71,13 @@ impl AutoThrottleLayer {
         });
         AutoThrottleLayer {
             shared: Arc::new(Shared {
-                table: SlotTable::new(Arc::clone(&config.policy), config.jitter, config.seed),
+                table: SlotTable::new(
+                    Arc::clone(&config.policy),
+                    config.jitter,
+                    config.seed,
+                    config.idle_timeout,
+                    config.max_slots,
+                ),
                 config,
                 pending,
                 dns,
@@ -99,8 +114,10 @@ impl AutoThrottleLayer {
     /// assert_eq!(layer.slot("https://example.com").unwrap().delay_floor, Duration::from_secs(10));
     /// ```
     pub fn set_delay_floor(&self, key: impl Into<SlotKey>, floor: Option<Duration>) {
-        let slot = self.shared.table.slot(key.into());
-        slot.set_floor(floor.unwrap_or(Duration::ZERO));
+        let floor = floor.unwrap_or(Duration::ZERO);
+        self.shared
+            .table
+            .with_slot(key.into(), |slot| slot.set_floor(floor));
     }
 }
 

@@ -12,7 +12,6 @@ use tower_service::Service;
 
 use crate::config::Config;
 use crate::future::{ResponseFuture, Start};
-use crate::gate::Waiting;
 use crate::key::{key_for, KeyChoice};
 use crate::layer::{AutoThrottleLayer, Shared};
 use crate::slot::SlotSnapshot;
@@ -146,13 +145,13 @@ where
         // The key is known now (the request joins its slot's queue in call
         // order), or after a resolution.
         let start = match choice {
-            KeyChoice::Ready(key) => Start::Queued(Waiting::enqueue(self.shared.table.slot(key))),
+            KeyChoice::Ready(key) => Start::Queued(self.shared.enqueue(key)),
             KeyChoice::Resolve { host, fallback } => match &self.shared.dns {
                 Some(dns) => match dns.cached(&host, &fallback) {
-                    Some(key) => Start::Queued(Waiting::enqueue(self.shared.table.slot(key))),
+                    Some(key) => Start::Queued(self.shared.enqueue(key)),
                     None => Start::Resolving(dns.key(host, fallback)),
                 },
-                None => Start::Queued(Waiting::enqueue(self.shared.table.slot(fallback))),
+                None => Start::Queued(self.shared.enqueue(fallback)),
             },
         };
         ResponseFuture::new(

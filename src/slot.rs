@@ -14,6 +14,7 @@
 //! poison the slot: the lock is taken back as it was left.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
@@ -65,35 +66,116 @@ pub struct SlotSnapshot {
 }
 
 /// All slots, by key; shared by a layer and every service made from it.
+///
+/// # Eviction
+///
+/// A slot is *evictable* when nothing holds it to its host: no request in
+/// flight or queued, no delay floor set, its `Retry-After` pause over, and
+/// its delay since the last dispatch run out (so a fresh slot for the same
+/// host could not send anything too early). Evictable slots idle for
+/// `idle_timeout` are dropped, and beyond `max_slots` the least recently
+/// used evictable ones go first, down to nine tenths of the bound. This
+/// runs when slots are created (after as many new slots as half the table,
+/// or when the bound is passed), so it costs O(1) per new slot amortized.
+///
+/// A request joins its slot's queue while holding the table's shard lock,
+/// and eviction removes a slot under the shard's write lock after checking
+/// it under its own lock (always in that order: shard, then slot), so a
+/// request can never join a slot that is being dropped.
 #[derive(Debug)]
 pub(crate) struct SlotTable {
     slots: DashMap<SlotKey, Arc<Slot>>,
     policy: Arc<dyn MakePolicy>,
     jitter: f64,
     seed: u64,
+    idle_timeout: Duration,
+    max_slots: usize,
+    created: AtomicUsize,
 }
 
 impl SlotTable {
-    pub(crate) fn new(policy: Arc<dyn MakePolicy>, jitter: f64, seed: u64) -> Self {
+    pub(crate) fn new(
+        policy: Arc<dyn MakePolicy>,
+        jitter: f64,
+        seed: u64,
+        idle_timeout: Duration,
+        max_slots: usize,
+    ) -> Self {
         SlotTable {
             slots: DashMap::new(),
             policy,
             jitter,
             seed,
+            idle_timeout,
+            max_slots: max_slots.max(1),
+            created: AtomicUsize::new(0),
         }
     }
 
-    /// The slot for `key`, created with a fresh policy if it is new.
-    pub(crate) fn slot(&self, key: SlotKey) -> Arc<Slot> {
+    /// Runs `f` on the slot for `key` (created with a fresh policy if it is
+    /// new) while holding the table's lock on it, so that the slot cannot
+    /// be evicted meanwhile.
+    pub(crate) fn with_slot<R>(&self, key: SlotKey, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
         if let Some(slot) = self.slots.get(key.as_str()) {
-            return Arc::clone(&slot);
+            return f(&slot);
         }
-        let slot = self.slots.entry(key.clone()).or_insert_with(|| {
-            let policy = self.policy.make_policy(&key);
-            let signals = Signals::new(self.jitter, self.seed ^ crate::policy::hash(key.as_str()));
-            Arc::new(Slot::new(key, policy, signals))
+        let (result, created) = match self.slots.entry(key) {
+            dashmap::Entry::Occupied(slot) => (f(slot.get()), false),
+            dashmap::Entry::Vacant(vacant) => {
+                let key = vacant.key().clone();
+                let policy = self.policy.make_policy(&key);
+                let signals =
+                    Signals::new(self.jitter, self.seed ^ crate::policy::hash(key.as_str()));
+                let slot = vacant.insert(Arc::new(Slot::new(key, policy, signals)));
+                (f(&slot), true)
+            }
+        };
+        if created {
+            let created = self.created.fetch_add(1, Ordering::Relaxed) + 1;
+            let len = self.slots.len();
+            if len > self.max_slots || created >= (len / 2).max(64) {
+                self.created.store(0, Ordering::Relaxed);
+                self.evict(Instant::now());
+            }
+        }
+        result
+    }
+
+    /// Drops the evictable slots idle for the idle timeout, then, beyond the
+    /// bound, the least recently used evictable ones.
+    fn evict(&self, now: Instant) {
+        let timeout = self.idle_timeout;
+        self.slots.retain(|_, slot| {
+            slot.idle_since(now)
+                .is_none_or(|since| now.saturating_duration_since(since) < timeout)
         });
-        Arc::clone(&slot)
+        if self.slots.len() <= self.max_slots {
+            return;
+        }
+        let mut idle: Vec<(Instant, SlotKey)> = self
+            .slots
+            .iter()
+            .filter_map(|e| {
+                e.value()
+                    .idle_since(now)
+                    .map(|since| (since, e.key().clone()))
+            })
+            .collect();
+        idle.sort();
+        let target = self.max_slots - self.max_slots / 10;
+        let mut excess = self.slots.len().saturating_sub(target);
+        for (_, key) in idle {
+            if excess == 0 {
+                break;
+            }
+            if self
+                .slots
+                .remove_if(&key, |_, slot| slot.idle_since(now).is_some())
+                .is_some()
+            {
+                excess -= 1;
+            }
+        }
     }
 
     pub(crate) fn snapshot(&self, key: &str) -> Option<SlotSnapshot> {
@@ -127,6 +209,8 @@ pub(crate) struct SlotState {
     pub(crate) signals: Signals,
     pub(crate) in_flight: usize,
     pub(crate) last_dispatch: Option<Instant>,
+    /// When a request last joined, left or finished here.
+    pub(crate) last_used: Instant,
     /// Waiting requests by ticket; the first entry is the head of the queue.
     pub(crate) waiters: BTreeMap<u64, Option<Waker>>,
     pub(crate) next_ticket: u64,
@@ -173,6 +257,7 @@ impl Slot {
                 policy,
                 in_flight: 0,
                 last_dispatch: None,
+                last_used: Instant::now(),
                 waiters: BTreeMap::new(),
                 next_ticket: 0,
                 last_latency: None,
@@ -260,11 +345,25 @@ impl Slot {
         }
     }
 
+    /// Since when the slot is evictable (see [`SlotTable`]), if it is.
+    fn idle_since(&self, now: Instant) -> Option<Instant> {
+        let state = self.lock();
+        let busy = state.in_flight > 0 || !state.waiters.is_empty();
+        let pinned = !state.signals.floor.is_zero();
+        let paused = state.signals.paused_until.is_some_and(|p| p > now);
+        let (delay, _) = state.signals.effective(&state.throttle, now);
+        let spacing = state
+            .last_dispatch
+            .is_some_and(|last| last.checked_add(delay).is_none_or(|next| next > now));
+        (!busy && !pinned && !paused && !spacing).then_some(state.last_used)
+    }
+
     /// Gives back one in-flight place.
     pub(crate) fn release(&self) {
         let wake = {
             let mut state = self.lock();
             state.in_flight = state.in_flight.saturating_sub(1);
+            state.last_used = Instant::now();
             state.take_head_waker()
         };
         if let Some(waker) = wake {

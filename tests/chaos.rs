@@ -34,22 +34,26 @@ struct Oracle {
     dispatches: u64,
 }
 
-fn run(seed: u64) {
+/// `evict`: a table of at most 8 slots, idle after 0.5 s, so that slots
+/// are dropped and made again all the time under the oracle's eyes.
+fn run(seed: u64, evict: bool) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .unwrap();
     rt.block_on(async move {
-        let config = Config::builder()
+        let mut config = Config::builder()
             .policy(
                 Adaptive::default()
                     .initial_concurrency(4)
                     .max_concurrency(16),
             )
-            .max_retry_after(Duration::from_secs(5))
-            .build()
-            .unwrap();
+            .max_retry_after(Duration::from_secs(5));
+        if evict {
+            config = config.max_slots(8).idle_timeout(Duration::from_millis(500));
+        }
+        let config = config.build().unwrap();
         let throttle = AutoThrottleLayer::new(config);
         let oracle = Arc::new(Mutex::new(Oracle::default()));
         let server_rng = Arc::new(Mutex::new(Rng::new(seed ^ 0xABCD)));
@@ -166,8 +170,19 @@ fn run(seed: u64) {
             "seed {seed}: only {} dispatches",
             o.dispatches
         );
-        for s in throttle.slots() {
+        let slots = throttle.slots();
+        for s in &slots {
             assert_eq!((s.in_flight, s.queued), (0, 0), "seed {seed}: {s:?}");
+        }
+        if evict {
+            // Slots were dropped and made again: at least a tenth of the
+            // dispatches were counted by slots since dropped.
+            let counted: u64 = slots.iter().map(|s| s.dispatched).sum();
+            assert!(
+                counted < o.dispatches * 9 / 10,
+                "seed {seed}: {counted} of {} counted",
+                o.dispatches
+            );
         }
     });
 }
@@ -179,6 +194,17 @@ fn the_oracle_finds_no_violation() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(4);
     for seed in 0..seeds {
-        run(seed);
+        run(seed, false);
+    }
+}
+
+#[test]
+fn the_oracle_finds_no_violation_while_slots_are_evicted() {
+    let seeds: u64 = std::env::var("CHAOS_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    for seed in 0..seeds {
+        run(seed, true);
     }
 }

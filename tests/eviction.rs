@@ -1,0 +1,126 @@
+//! Idle slots are dropped after the idle timeout, and beyond the bound the
+//! least recently used idle ones first; slots still tied to their host
+//! (busy, paused, spacing not run out, or a delay floor) are never dropped.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tower::Layer;
+use tower_autothrottle::{AutoThrottleLayer, Config};
+
+const S: Duration = Duration::from_secs(1);
+
+fn throttle(delay: Duration, idle: Duration, max: usize) -> AutoThrottleLayer {
+    let config = Config::builder()
+        .policy(Scripted::new(delay, 4))
+        .idle_timeout(idle)
+        .max_slots(max)
+        .build()
+        .unwrap();
+    AutoThrottleLayer::new(config)
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_slots_go_after_the_timeout_and_keep_their_state_until_then() {
+    let layer = throttle(Duration::ZERO, 60 * S, 100_000);
+    let mut svc = layer.layer(server(Recorder::default()));
+    spawn_request(&mut svc, request("http://old.test/", 0, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    // Before the timeout, new hosts do not drop it.
+    tokio::time::advance(30 * S).await;
+    for i in 0..200 {
+        spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        layer.slot("http://old.test").unwrap().dispatched,
+        1,
+        "kept, with its counts"
+    );
+    // After it, the next round of new hosts sweeps it away.
+    tokio::time::advance(61 * S).await;
+    for i in 200..400 {
+        spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(layer.slot("http://old.test").is_none());
+    assert!(layer.slots().len() <= 200, "{}", layer.slots().len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_bound_holds_for_an_endless_stream_of_new_hosts() {
+    let layer = throttle(Duration::ZERO, 3600 * S, 500);
+    let mut svc = layer.layer(server(Recorder::default()));
+    for i in 0..20_000u64 {
+        spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+        if i % 100 == 0 {
+            assert!(layer.slots().len() <= 500, "{}", layer.slots().len());
+        }
+    }
+    assert!(layer.slots().len() <= 500, "{}", layer.slots().len());
+    // The most recent hosts are the ones kept.
+    assert!(layer.slot("http://h19999.test").is_some());
+    assert!(layer.slot("http://h0.test").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn slots_tied_to_their_host_are_never_dropped() {
+    // Delay 10 s: a slot is tied to its host for 10 s after a dispatch.
+    let layer = throttle(10 * S, Duration::ZERO, 10);
+    let mut svc = layer.layer(server(Recorder::default()));
+    // Busy: a request in flight for an hour.
+    let _busy = spawn_request(&mut svc, request("http://busy.test/", 0, 3_600_000));
+    // Floored.
+    layer.set_delay_floor("http://floored.test", Some(S));
+    // Spacing not run out: dispatched just now, delay 10 s.
+    spawn_request(&mut svc, request("http://spaced.test/", 0, 0))
+        .await
+        .unwrap()
+        .unwrap();
+    common::settle().await;
+    for i in 0..100 {
+        spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    for key in [
+        "http://busy.test",
+        "http://floored.test",
+        "http://spaced.test",
+    ] {
+        assert!(layer.slot(key).is_some(), "{key} was dropped");
+    }
+    // Once its spacing ran out, the spaced slot may go; the others stay.
+    tokio::time::advance(11 * S).await;
+    for i in 100..200 {
+        spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(layer.slot("http://spaced.test").is_none());
+    assert!(layer.slot("http://busy.test").is_some());
+    assert!(layer.slot("http://floored.test").is_some());
+    // Lifting the floor unpins it.
+    layer.set_delay_floor("http://floored.test", None);
+    tokio::time::advance(11 * S).await;
+    for i in 200..300 {
+        spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert!(layer.slot("http://floored.test").is_none());
+}
