@@ -160,7 +160,7 @@ impl MakePolicy for Adaptive {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        super::scrapy::check_delays(self.start_delay, self.min_delay, self.max_delay)?;
+        super::check_delays(self.start_delay, self.min_delay, self.max_delay)?;
         if self.max_concurrency < 1 {
             return Err(ConfigError::new("max_concurrency", "must be at least 1"));
         }

@@ -257,6 +257,28 @@ pub(crate) fn check_limits(initial: usize, min: usize, max: usize) -> Result<(),
     Ok(())
 }
 
+pub(crate) fn check_delays(start: f64, min: f64, max: f64) -> Result<(), ConfigError> {
+    for (field, value) in [
+        ("start_delay", start),
+        ("min_delay", min),
+        ("max_delay", max),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(ConfigError::new(
+                field,
+                format!("must be finite and not negative, got {value}"),
+            ));
+        }
+    }
+    if max < min {
+        return Err(ConfigError::new(
+            "max_delay",
+            format!("must not be below min_delay ({min}), got {max}"),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn check_min_delay(min_delay: f64) -> Result<(), ConfigError> {
     if !(min_delay.is_finite() && min_delay >= 0.0) {
         return Err(ConfigError::new(

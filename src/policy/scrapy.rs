@@ -95,35 +95,13 @@ impl Scrapy {
     }
 }
 
-pub(crate) fn check_delays(start: f64, min: f64, max: f64) -> Result<(), ConfigError> {
-    for (field, value) in [
-        ("start_delay", start),
-        ("min_delay", min),
-        ("max_delay", max),
-    ] {
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(ConfigError::new(
-                field,
-                format!("must be finite and not negative, got {value}"),
-            ));
-        }
-    }
-    if max < min {
-        return Err(ConfigError::new(
-            "max_delay",
-            format!("must not be below min_delay ({min}), got {max}"),
-        ));
-    }
-    Ok(())
-}
-
 impl MakePolicy for Scrapy {
     fn name(&self) -> &'static str {
         Self::NAME
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        check_delays(self.start_delay, self.min_delay, self.max_delay)?;
+        super::check_delays(self.start_delay, self.min_delay, self.max_delay)?;
         if !(self.target_concurrency.is_finite() && self.target_concurrency > 0.0) {
             return Err(ConfigError::new(
                 "target_concurrency",
