@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::request::Parts;
 
 use crate::classify::ErrorClassifier;
+use crate::control::{Overrides, SlotSettings};
 use crate::key::{KeyFn, KeyStrategy, SlotKey};
 use crate::policy::{Adaptive, MakePolicy, Outcome};
 use crate::resolve::{Resolve, SystemResolver};
@@ -37,6 +38,7 @@ use crate::resolve::{Resolve, SystemResolver};
 /// | [`dns_cache_size`](ConfigBuilder::dns_cache_size) | 10 000 | `DNSCACHE_SIZE` |
 /// | [`idle_timeout`](ConfigBuilder::idle_timeout) | 5 min | |
 /// | [`max_slots`](ConfigBuilder::max_slots) | 100 000 | |
+/// | [`slot`](ConfigBuilder::slot) | none | `DOWNLOAD_SLOTS` |
 #[derive(Clone)]
 pub struct Config {
     pub(crate) policy: Arc<dyn MakePolicy>,
@@ -53,6 +55,8 @@ pub struct Config {
     pub(crate) dns_cache_size: usize,
     pub(crate) idle_timeout: Duration,
     pub(crate) max_slots: usize,
+    /// Per-slot settings, checked and resolved.
+    pub(crate) overrides: Overrides,
 }
 
 impl Default for Config {
@@ -72,6 +76,7 @@ impl Default for Config {
             dns_cache_size: 10_000,
             idle_timeout: Duration::from_secs(300),
             max_slots: 100_000,
+            overrides: Overrides::default(),
         }
     }
 }
@@ -95,6 +100,7 @@ impl fmt::Debug for Config {
             .field("dns_cache_size", &self.dns_cache_size)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_slots", &self.max_slots)
+            .field("slot_settings", &self.overrides)
             .finish()
     }
 }
@@ -104,6 +110,7 @@ impl Config {
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
             config: Config::default(),
+            slots: Vec::new(),
         }
     }
 
@@ -147,6 +154,7 @@ impl Config {
 #[derive(Debug)]
 pub struct ConfigBuilder {
     config: Config,
+    slots: Vec<(String, SlotSettings)>,
 }
 
 impl ConfigBuilder {
@@ -279,8 +287,24 @@ impl ConfigBuilder {
         self
     }
 
+    /// Settings for the slot `pattern`, an exact key or a pattern with `*`
+    /// (Scrapy's `DOWNLOAD_SLOTS`); see [`SlotSettings`] for what they set
+    /// and [`control`](crate::control) for how patterns match. Setting the
+    /// same pattern twice keeps the last settings.
+    pub fn slot(mut self, pattern: impl Into<String>, settings: SlotSettings) -> Self {
+        self.slots.push((pattern.into(), settings));
+        self
+    }
+
     /// Checks the configuration.
-    pub fn build(self) -> Result<Config, ConfigError> {
+    pub fn build(mut self) -> Result<Config, ConfigError> {
+        for (pattern, settings) in std::mem::take(&mut self.slots) {
+            if pattern.is_empty() {
+                return Err(ConfigError::new("slot", "a slot pattern must not be empty"));
+            }
+            let policy = settings.resolve(&self.config.policy)?;
+            self.config.overrides.set(&pattern, policy);
+        }
         if self.config.max_slots == 0 {
             return Err(ConfigError::new("max_slots", "must be at least 1"));
         }

@@ -46,6 +46,9 @@ pin_project! {
         #[pin]
         state: State<S, Req, S::Future>,
         shared: Arc<Shared>,
+        // Whether the response adjusts its slot (no `DontAdjust`).
+        adjust: bool,
+        span: tracing::Span,
     }
 }
 
@@ -96,6 +99,8 @@ where
         request: Req,
         pending: Option<OwnedSemaphorePermit>,
         shared: Arc<Shared>,
+        adjust: bool,
+        span: tracing::Span,
     ) -> Self {
         let (service, request) = (Some(service), Some(request));
         let state = match start {
@@ -112,7 +117,12 @@ where
                 pending,
             },
         };
-        ResponseFuture { state, shared }
+        ResponseFuture {
+            state,
+            shared,
+            adjust,
+            span,
+        }
     }
 }
 
@@ -126,6 +136,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        let _entered = this.span.enter();
         loop {
             match this.state.as_mut().project() {
                 StateProj::Resolving {
@@ -152,6 +163,7 @@ where
                     pending,
                 } => {
                     let permit = ready!(waiting.poll_admit(cx, pending));
+                    tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
                     let (Some(service), request) = (service.take(), request.take()) else {
                         unreachable!("the service is taken only when leaving this state");
                     };
@@ -174,6 +186,7 @@ where
                             &permit,
                             Duration::ZERO,
                             error,
+                            *this.adjust,
                         )));
                     }
                     let request = request.take().expect("the request is taken only here");
@@ -199,7 +212,13 @@ where
                         Ok(response) => response,
                         // The place is given back when the permit drops.
                         Err(error) => {
-                            return Poll::Ready(Err(failed(this.shared, &permit, latency, error)));
+                            return Poll::Ready(Err(failed(
+                                this.shared,
+                                &permit,
+                                latency,
+                                error,
+                                *this.adjust,
+                            )));
                         }
                     };
                     let (parts, body) = response.into_parts();
@@ -209,7 +228,8 @@ where
                         latency,
                         parts.status,
                         &parts.headers,
-                        &body,
+                        body.size_hint().exact(),
+                        *this.adjust,
                     );
                     let body = ThrottleBody::new(body, permit);
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));
@@ -226,12 +246,25 @@ fn failed<E: Into<BoxError>>(
     permit: &Permit,
     latency: Duration,
     error: E,
+    adjust: bool,
 ) -> BoxError {
     let error: BoxError = error.into();
     let outcome = match &shared.config.classifier {
         Some(classify) => classify(&*error),
         None => classify_error(&*error),
     };
+    report_error(permit, latency, &*error, outcome, adjust);
+    error
+}
+
+/// Reports a failed request, classified as `outcome`, to its slot.
+pub(crate) fn report_error(
+    permit: &Permit,
+    latency: Duration,
+    error: &(dyn std::error::Error + 'static),
+    outcome: Outcome,
+    adjust: bool,
+) {
     let slot = permit.slot();
     let ended = Ended {
         latency,
@@ -239,6 +272,7 @@ fn failed<E: Into<BoxError>>(
         outcome,
         seq: permit.seq(),
         hints: Hints::default(),
+        adjust,
     };
     let adjustment = slot.on_end(Instant::now(), ended);
     tracing::debug!(
@@ -249,7 +283,6 @@ fn failed<E: Into<BoxError>>(
         concurrency = adjustment.limit,
         "request failed",
     );
-    error
 }
 
 /// Reads the server's hints from a response, warning about malformed ones.
@@ -298,13 +331,14 @@ fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -
 }
 
 /// Feeds a response to its slot and logs the adjustment.
-fn adjust<B: Body>(
+pub(crate) fn adjust(
     shared: &Shared,
     permit: &Permit,
     latency: Duration,
     status: StatusCode,
     headers: &HeaderMap,
-    body: &B,
+    size: Option<u64>,
+    adjust: bool,
 ) {
     let slot = permit.slot();
     let ended = Ended {
@@ -313,9 +347,9 @@ fn adjust<B: Body>(
         outcome: Outcome::of_status(status),
         seq: permit.seq(),
         hints: hints(shared, slot.key.as_str(), status, headers),
+        adjust,
     };
     let adjustment = slot.on_end(Instant::now(), ended);
-    let size = body.size_hint().exact();
     macro_rules! event {
         ($level:expr) => {
             tracing::event!(

@@ -162,6 +162,22 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
     }
 }
 
+/// Waits until a request started with `start` is admitted: the gate as an
+/// `async fn`, for callers that are not a hand-written future. Dropping it
+/// at any await point leaves the queue.
+#[cfg(feature = "reqwest")]
+pub(crate) async fn admit(
+    shared: &crate::layer::Shared,
+    start: crate::future::Start,
+    mut pending: Option<OwnedSemaphorePermit>,
+) -> Permit {
+    let mut waiting = match start {
+        crate::future::Start::Queued(waiting) => waiting,
+        crate::future::Start::Resolving(key) => shared.enqueue(key.await),
+    };
+    std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await
+}
+
 /// The latest instant worth waiting for.
 pub(crate) fn far_future(now: Instant) -> Instant {
     // About 30 years, as tokio itself uses for "never".

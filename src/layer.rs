@@ -4,12 +4,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::request::Parts;
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
+use crate::control::SlotSettings;
+use crate::future::Start;
 use crate::gate::Waiting;
-use crate::key::{KeyStrategy, SlotKey};
+use crate::key::{key_for, KeyChoice, KeyStrategy, SlotKey};
 use crate::resolve::DnsCache;
 use crate::service::AutoThrottle;
 use crate::slot::{SlotSnapshot, SlotTable};
@@ -54,6 +57,22 @@ impl Shared {
         self.table
             .with_slot(key, |slot| Waiting::enqueue(Arc::clone(slot)))
     }
+
+    /// Keys a request by its head and starts it: in its slot's queue now (so
+    /// requests queue in call order), or after resolving its host.
+    pub(crate) fn start(&self, parts: &Parts) -> Start {
+        let config = &self.config;
+        match key_for(parts, config.key_fn.as_ref(), config.key_strategy) {
+            KeyChoice::Ready(key) => Start::Queued(self.enqueue(key)),
+            KeyChoice::Resolve { host, fallback } => match &self.dns {
+                Some(dns) => match dns.cached(&host, &fallback) {
+                    Some(key) => Start::Queued(self.enqueue(key)),
+                    None => Start::Resolving(dns.key(host, fallback)),
+                },
+                None => Start::Queued(self.enqueue(fallback)),
+            },
+        }
+    }
 }
 
 impl AutoThrottleLayer {
@@ -73,6 +92,7 @@ impl AutoThrottleLayer {
             shared: Arc::new(Shared {
                 table: SlotTable::new(
                     Arc::clone(&config.policy),
+                    config.overrides.clone(),
                     config.jitter,
                     config.seed,
                     config.idle_timeout,
@@ -118,6 +138,38 @@ impl AutoThrottleLayer {
         self.shared
             .table
             .with_slot(key.into(), |slot| slot.set_floor(floor));
+    }
+}
+
+impl AutoThrottleLayer {
+    /// Sets the settings of the slot `pattern` (an exact key, or a pattern
+    /// with `*`; see [`control`](crate::control)) at run time, replacing
+    /// any it had. Every existing slot it covers starts afresh with the new
+    /// policy and bounds, binding its next dispatch; new slots pick them up
+    /// when created.
+    ///
+    /// # Errors
+    ///
+    /// The settings are checked as [`ConfigBuilder::build`](crate::ConfigBuilder::build)
+    /// checks them; invalid ones are refused and change nothing.
+    pub fn set_slot_settings(
+        &self,
+        pattern: &str,
+        settings: SlotSettings,
+    ) -> Result<(), ConfigError> {
+        if pattern.is_empty() {
+            return Err(ConfigError::new("slot", "a slot pattern must not be empty"));
+        }
+        let policy = settings.resolve(&self.shared.config.policy)?;
+        self.shared.table.set_settings(pattern, Some(policy));
+        Ok(())
+    }
+
+    /// Removes the settings of `pattern` (as it was given); the slots it
+    /// covered start afresh with whatever applies to them now. Returns
+    /// whether there were any.
+    pub fn remove_slot_settings(&self, pattern: &str) -> bool {
+        self.shared.table.set_settings(pattern, None)
     }
 }
 

@@ -77,12 +77,22 @@
 pub mod body;
 mod classify;
 mod config;
+pub mod control;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod file;
 pub mod future;
 mod gate;
 pub mod headers;
 pub mod key;
 mod layer;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 pub mod policy;
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
 mod resolve;
 mod service;
 mod signals;
@@ -91,6 +101,7 @@ mod slot;
 pub use body::ThrottleBody;
 pub use classify::{classify_error, ErrorClassifier};
 pub use config::{Config, ConfigBuilder, ConfigError};
+pub use control::{DontAdjust, SlotSettings};
 pub use future::ResponseFuture;
 pub use key::{DownloadSlot, KeyFn, KeyStrategy, SlotKey};
 pub use layer::AutoThrottleLayer;

@@ -11,8 +11,8 @@ use tokio_util::sync::PollSemaphore;
 use tower_service::Service;
 
 use crate::config::Config;
-use crate::future::{ResponseFuture, Start};
-use crate::key::{key_for, KeyChoice};
+use crate::control::DontAdjust;
+use crate::future::ResponseFuture;
 use crate::layer::{AutoThrottleLayer, Shared};
 use crate::slot::SlotSnapshot;
 use crate::BoxError;
@@ -127,8 +127,9 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let (parts, body) = request.into_parts();
-        let config = &self.shared.config;
-        let choice = key_for(&parts, config.key_fn.as_ref(), config.key_strategy);
+        let start = self.shared.start(&parts);
+        let adjust = parts.extensions.get::<DontAdjust>().is_none();
+        let span = tracing::debug_span!("autothrottle", method = %parts.method, uri = %parts.uri);
         let request = Request::from_parts(parts, body);
         let mut pending = self.permit.take();
         if pending.is_none() {
@@ -142,24 +143,14 @@ where
                 }
             }
         }
-        // The key is known now (the request joins its slot's queue in call
-        // order), or after a resolution.
-        let start = match choice {
-            KeyChoice::Ready(key) => Start::Queued(self.shared.enqueue(key)),
-            KeyChoice::Resolve { host, fallback } => match &self.shared.dns {
-                Some(dns) => match dns.cached(&host, &fallback) {
-                    Some(key) => Start::Queued(self.shared.enqueue(key)),
-                    None => Start::Resolving(dns.key(host, fallback)),
-                },
-                None => Start::Queued(self.shared.enqueue(fallback)),
-            },
-        };
         ResponseFuture::new(
             start,
             self.inner.clone(),
             request,
             pending,
             Arc::clone(&self.shared),
+            adjust,
+            span,
         )
     }
 }

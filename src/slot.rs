@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use dashmap::DashMap;
 use http::StatusCode;
 use tokio::time::Instant;
 
+use crate::control::Overrides;
 use crate::headers::RateLimit;
 use crate::key::SlotKey;
 use crate::policy::{MakePolicy, Outcome, Policy, Sample, Throttle};
@@ -48,6 +49,9 @@ pub struct SlotSnapshot {
     pub queued: usize,
     /// The latency of the last response.
     pub last_latency: Option<Duration>,
+    /// The smoothed latency: an exponentially weighted mean of the
+    /// responses' latencies, each new one weighing 1/8 (as TCP's SRTT).
+    pub latency: Option<Duration>,
     /// The status of the last response.
     pub last_status: Option<StatusCode>,
     /// Requests dispatched so far.
@@ -86,6 +90,8 @@ pub struct SlotSnapshot {
 pub(crate) struct SlotTable {
     slots: DashMap<SlotKey, Arc<Slot>>,
     policy: Arc<dyn MakePolicy>,
+    /// Per-slot settings: what makes the policy of the slots they cover.
+    overrides: RwLock<Overrides>,
     jitter: f64,
     seed: u64,
     idle_timeout: Duration,
@@ -96,6 +102,7 @@ pub(crate) struct SlotTable {
 impl SlotTable {
     pub(crate) fn new(
         policy: Arc<dyn MakePolicy>,
+        overrides: Overrides,
         jitter: f64,
         seed: u64,
         idle_timeout: Duration,
@@ -104,6 +111,7 @@ impl SlotTable {
         SlotTable {
             slots: DashMap::new(),
             policy,
+            overrides: RwLock::new(overrides),
             jitter,
             seed,
             idle_timeout,
@@ -123,7 +131,7 @@ impl SlotTable {
             dashmap::Entry::Occupied(slot) => (f(slot.get()), false),
             dashmap::Entry::Vacant(vacant) => {
                 let key = vacant.key().clone();
-                let policy = self.policy.make_policy(&key);
+                let policy = self.make_policy(&key);
                 let signals =
                     Signals::new(self.jitter, self.seed ^ crate::policy::hash(key.as_str()));
                 let slot = vacant.insert(Arc::new(Slot::new(key, policy, signals)));
@@ -139,6 +147,44 @@ impl SlotTable {
             }
         }
         result
+    }
+
+    /// A fresh policy for the slot `key`: its settings', or the default.
+    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+        let overrides = self.overrides.read().unwrap_or_else(|p| p.into_inner());
+        if !overrides.is_empty() {
+            if let Some(policy) = overrides.policy_for(key.as_str()) {
+                return policy.make_policy(key);
+            }
+        }
+        self.policy.make_policy(key)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the settings of `pattern`, and
+    /// gives every existing slot it covers a fresh policy made by what now
+    /// applies to it; whether anything was set or removed.
+    pub(crate) fn set_settings(&self, pattern: &str, policy: Option<Arc<dyn MakePolicy>>) -> bool {
+        {
+            let mut overrides = self.overrides.write().unwrap_or_else(|p| p.into_inner());
+            match policy {
+                Some(policy) => overrides.set(pattern, policy),
+                None => {
+                    if !overrides.remove(pattern) {
+                        return false;
+                    }
+                }
+            }
+        }
+        let covered: Vec<Arc<Slot>> = self
+            .slots
+            .iter()
+            .filter(|e| Overrides::covers(pattern, e.key().as_str()))
+            .map(|e| Arc::clone(e.value()))
+            .collect();
+        for slot in covered {
+            slot.set_policy(self.make_policy(&slot.key));
+        }
+        true
     }
 
     /// Drops the evictable slots idle for the idle timeout, then, beyond the
@@ -215,6 +261,8 @@ pub(crate) struct SlotState {
     pub(crate) waiters: BTreeMap<u64, Option<Waker>>,
     pub(crate) next_ticket: u64,
     last_latency: Option<Duration>,
+    /// The smoothed latency, in seconds.
+    latency: Option<f64>,
     last_status: Option<StatusCode>,
     pub(crate) dispatched: u64,
     responses: u64,
@@ -244,6 +292,8 @@ pub(crate) struct Ended {
     pub(crate) outcome: Outcome,
     pub(crate) seq: u64,
     pub(crate) hints: Hints,
+    /// Whether the request adjusts its slot (see [`DontAdjust`](crate::DontAdjust)).
+    pub(crate) adjust: bool,
 }
 
 impl Slot {
@@ -261,6 +311,7 @@ impl Slot {
                 waiters: BTreeMap::new(),
                 next_ticket: 0,
                 last_latency: None,
+                latency: None,
                 last_status: None,
                 dispatched: 0,
                 responses: 0,
@@ -285,18 +336,33 @@ impl Slot {
                 state.responses += 1;
                 state.last_latency = Some(ended.latency);
                 state.last_status = ended.status;
+                if ended.adjust {
+                    let latest = ended.latency.as_secs_f64();
+                    state.latency = Some(
+                        state
+                            .latency
+                            .map_or(latest, |srtt| srtt + (latest - srtt) / 8.0),
+                    );
+                }
             }
             let before = (
                 state.signals.effective(&state.throttle, now),
                 state.signals.paused_until,
             );
-            let reaction = state.signals.on_outcome(
-                now,
-                ended.outcome,
-                ended.seq,
-                state.dispatched,
-                &state.throttle,
-            );
+            let reaction = if ended.adjust {
+                state.signals.on_outcome(
+                    now,
+                    ended.outcome,
+                    ended.seq,
+                    state.dispatched,
+                    &state.throttle,
+                )
+            } else {
+                crate::signals::Reaction {
+                    outcome: Outcome::Ignore,
+                    changed: false,
+                }
+            };
             if let Some(wait) = ended.hints.retry_after {
                 state.signals.retry_after(now, wait);
             }
@@ -309,7 +375,9 @@ impl Slot {
             }
             .with_outcome(reaction.outcome)
             .with_in_flight(state.in_flight);
-            state.throttle = state.policy.on_sample(&sample);
+            if ended.adjust {
+                state.throttle = state.policy.on_sample(&sample);
+            }
             let (delay, limit) = state.signals.effective(&state.throttle, now);
             let changed = before != ((delay, limit), state.signals.paused_until);
             // A new delay, limit or pause may let the head of the queue go
@@ -331,6 +399,19 @@ impl Slot {
             waker.wake();
         }
         adjustment
+    }
+
+    /// Replaces the slot's policy; its answer binds the next dispatch.
+    pub(crate) fn set_policy(&self, policy: Box<dyn Policy>) {
+        let wake = {
+            let mut state = self.lock();
+            state.throttle = policy.throttle();
+            state.policy = policy;
+            state.take_head_waker()
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
     }
 
     /// Sets or lifts the slot's delay floor.
@@ -382,6 +463,7 @@ impl Slot {
             in_flight: state.in_flight,
             queued: state.waiters.len(),
             last_latency: state.last_latency,
+            latency: state.latency.map(crate::policy::secs_to_duration),
             last_status: state.last_status,
             dispatched: state.dispatched,
             responses: state.responses,

@@ -35,6 +35,7 @@ use crate::key::SlotKey;
 
 mod adaptive;
 mod aimd;
+mod bounded;
 mod gradient2;
 mod replay;
 mod scrapy;
@@ -43,6 +44,7 @@ mod vegas;
 
 pub use adaptive::Adaptive;
 pub use aimd::Aimd;
+pub use bounded::Bounded;
 pub use gradient2::Gradient2;
 pub use replay::replay;
 pub use scrapy::Scrapy;
@@ -230,6 +232,14 @@ pub trait MakePolicy: fmt::Debug + Send + Sync + 'static {
 
     /// A fresh policy for the slot `key`.
     fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy>;
+
+    /// The same policy starting from `delay`, if it has a start delay
+    /// (used by [`SlotSettings::start_delay`](crate::SlotSettings::start_delay)).
+    /// `None`, the default, says it has none.
+    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
+        let _ = delay;
+        None
+    }
 }
 
 /// Netflix's `lg(L) = max(1, floor(log10 L))`.
@@ -316,6 +326,9 @@ impl<P: MakePolicy + ?Sized> MakePolicy for Box<P> {
     fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
         (**self).make_policy(key)
     }
+    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
+        (**self).with_start_delay(delay)
+    }
 }
 
 impl<P: MakePolicy + ?Sized> MakePolicy for std::sync::Arc<P> {
@@ -327,5 +340,8 @@ impl<P: MakePolicy + ?Sized> MakePolicy for std::sync::Arc<P> {
     }
     fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
         (**self).make_policy(key)
+    }
+    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
+        (**self).with_start_delay(delay)
     }
 }

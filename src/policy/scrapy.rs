@@ -100,6 +100,10 @@ impl MakePolicy for Scrapy {
         Self::NAME
     }
 
+    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
+        Some(std::sync::Arc::new(self.clone().start_delay(delay)))
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         super::check_delays(self.start_delay, self.min_delay, self.max_delay)?;
         if !(self.target_concurrency.is_finite() && self.target_concurrency > 0.0) {

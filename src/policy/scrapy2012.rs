@@ -101,6 +101,10 @@ impl MakePolicy for Scrapy2012 {
         Self::NAME
     }
 
+    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
+        Some(std::sync::Arc::new(self.clone().start_delay(delay)))
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         if !(self.start_delay.is_finite() && self.start_delay >= 0.0) {
             return Err(ConfigError::new(

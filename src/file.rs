@@ -1,0 +1,654 @@
+//! [`Config`] from TOML, JSON or any serde format (feature `serde`).
+//!
+//! [`ConfigFile`] is the configuration as a file spells it: every field
+//! optional (a missing one keeps its default), durations in seconds as
+//! numbers, the policy by name, per-slot settings in a `slots` table.
+//! [`ConfigFile::build`] checks it into a [`Config`], with a [`ConfigError`]
+//! that names the field; [`Config`] also implements `Deserialize` directly,
+//! through it. Unknown fields are refused, so a typo is an error, not a
+//! setting silently left at its default.
+//!
+//! ```
+//! use tower_autothrottle::{file::ConfigFile, Config};
+//!
+//! let text = r#"
+//! policy = "scrapy"          # AUTOTHROTTLE_ENABLED, and which rules
+//! start_delay = 1.0          # AUTOTHROTTLE_START_DELAY
+//! max_delay = 30.0           # AUTOTHROTTLE_MAX_DELAY
+//! target_concurrency = 2.0   # AUTOTHROTTLE_TARGET_CONCURRENCY
+//! min_delay = 0.25           # DOWNLOAD_DELAY
+//! max_concurrency = 8        # CONCURRENT_REQUESTS_PER_DOMAIN
+//! max_pending = 16           # CONCURRENT_REQUESTS
+//! jitter = 0.5               # RANDOMIZE_DOWNLOAD_DELAY = True
+//!
+//! [slots."https://api.example.com"]   # DOWNLOAD_SLOTS
+//! start_delay = 2.0
+//! max_concurrency = 1
+//! "#;
+//! let file: ConfigFile = toml::from_str(text).unwrap();
+//! let config: Config = file.build().unwrap();
+//! assert_eq!(config.policy().name(), "scrapy");
+//!
+//! // Invalid values name their field.
+//! let file: ConfigFile = toml::from_str("jitter = 2.0").unwrap();
+//! assert_eq!(file.build().unwrap_err().field(), "jitter");
+//! // The same from JSON, straight into a Config.
+//! let config: Result<Config, _> = serde_json::from_str(r#"{"policy": "aimd", "target_concurrency": 2}"#);
+//! assert!(config.unwrap_err().to_string().contains("target_concurrency"));
+//! ```
+//!
+//! # Fields
+//!
+//! | field | Scrapy setting | applies to |
+//! |---|---|---|
+//! | `policy` | `AUTOTHROTTLE_ENABLED` | `adaptive` (default), `scrapy`, `scrapy-2012`, `aimd`, `vegas`, `gradient2` |
+//! | `start_delay` | `AUTOTHROTTLE_START_DELAY` | adaptive, scrapy, scrapy-2012 |
+//! | `min_delay` | `DOWNLOAD_DELAY` | all but scrapy-2012 |
+//! | `max_delay` | `AUTOTHROTTLE_MAX_DELAY` | adaptive, scrapy |
+//! | `target_concurrency` | `AUTOTHROTTLE_TARGET_CONCURRENCY` | scrapy |
+//! | `max_concurrency` | `CONCURRENT_REQUESTS_PER_DOMAIN` | all (the Netflix policies' `max_limit`) |
+//! | `initial_concurrency` | | adaptive, aimd, vegas, gradient2 (`initial_limit`) |
+//! | `min_concurrency` | | aimd, gradient2 (`min_limit`) |
+//! | `check_period` | | scrapy-2012 |
+//! | `backoff_ratio`, `timeout` | | aimd |
+//! | `smoothing` | | vegas, gradient2 |
+//! | `probe_multiplier` | | vegas |
+//! | `queue_size`, `long_window`, `rtt_tolerance` | | gradient2 |
+//! | `debug` | `AUTOTHROTTLE_DEBUG` | |
+//! | `max_pending` | `CONCURRENT_REQUESTS` | |
+//! | `jitter` | `DOWNLOAD_DELAY_JITTER` | |
+//! | `seed` | | |
+//! | `max_retry_after` | | |
+//! | `key_strategy` | `CONCURRENT_REQUESTS_PER_IP` (`resolved-ip`) | `authority` (default), `host`, `registrable-domain`, `resolved-ip` |
+//! | `dns_ttl` | | |
+//! | `dns_cache_size` | `DNSCACHE_SIZE` | |
+//! | `idle_timeout`, `max_slots` | | |
+//! | `slots` | `DOWNLOAD_SLOTS` | a table of [`SlotFile`] by exact key or pattern |
+//!
+//! A policy field given for a policy that has no use for it is an error
+//! naming the field. Durations are seconds (`0.5` is 500 ms).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::config::{Config, ConfigError};
+use crate::control::SlotSettings;
+use crate::key::KeyStrategy;
+use crate::policy::{Adaptive, Aimd, Gradient2, MakePolicy, Scrapy, Scrapy2012, Vegas};
+
+/// The configuration as a file spells it; see the [module documentation](self).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The policy's name: `adaptive` (the default), `scrapy`, `scrapy-2012`,
+    /// `aimd`, `vegas` or `gradient2`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_delay: Option<f64>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_delay: Option<f64>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_delay: Option<f64>,
+    /// Requests the `scrapy` policy aims to have in flight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_concurrency: Option<f64>,
+    /// The limit a slot starts with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_concurrency: Option<usize>,
+    /// The lowest limit (`aimd`, `gradient2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_concurrency: Option<usize>,
+    /// The highest limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
+    /// Responses per adjustment window (`scrapy-2012`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_period: Option<usize>,
+    /// The limit's factor on a drop (`aimd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_ratio: Option<f64>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
+    /// The limit's smoothing factor (`vegas`, `gradient2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smoothing: Option<f64>,
+    /// How often `vegas` probes for a new base latency.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_multiplier: Option<usize>,
+    /// The queue `gradient2` allows for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_size: Option<usize>,
+    /// The long latency window of `gradient2`, in samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub long_window: Option<usize>,
+    /// The latency growth `gradient2` tolerates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_tolerance: Option<f64>,
+    /// Log every adjustment at `INFO` level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debug: Option<bool>,
+    /// Bound on requests queued plus in flight, over all slots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<usize>,
+    /// Randomization of each wait, in `[0, 1]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter: Option<f64>,
+    /// Seed of the jitter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retry_after: Option<f64>,
+    /// `authority` (the default), `host`, `registrable-domain` or `resolved-ip`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_strategy: Option<String>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_ttl: Option<f64>,
+    /// Resolutions kept at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dns_cache_size: Option<usize>,
+    /// Seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<f64>,
+    /// Slots kept at most.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_slots: Option<usize>,
+    /// Per-slot settings, by exact key or pattern (see [`crate::control`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub slots: BTreeMap<String, SlotFile>,
+}
+
+/// One entry of [`ConfigFile::slots`] (Scrapy's `DOWNLOAD_SLOTS`).
+///
+/// `start_delay`, `min_delay`, `max_delay` and `max_concurrency` are the
+/// [`SlotSettings`] of the same names: a start delay and bounds on top of
+/// the slot's policy. Scrapy's `delay` is `start_delay` (add `min_delay` to
+/// keep the slot from going faster), its `concurrency` is
+/// `max_concurrency`. With `policy` or any other policy field, the slot runs
+/// a policy of its own: the named one (or the configuration's) with the
+/// configuration's policy fields when it is the same policy, then this
+/// entry's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlotFile {
+    /// The slot's own policy, by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Seconds the slot starts from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_delay: Option<f64>,
+    /// Seconds the slot's delay never goes below.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_delay: Option<f64>,
+    /// Seconds the policy's delay is cut to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_delay: Option<f64>,
+    /// The slot's cap on requests in flight.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_concurrency: Option<f64>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_concurrency: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_concurrency: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check_period: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_ratio: Option<f64>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub smoothing: Option<f64>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_multiplier: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_size: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub long_window: Option<usize>,
+    /// As in [`ConfigFile`], for the slot's own policy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rtt_tolerance: Option<f64>,
+}
+
+/// A policy's fields, as given.
+#[derive(Clone, Copy, Debug, Default)]
+struct Params {
+    start_delay: Option<f64>,
+    min_delay: Option<f64>,
+    max_delay: Option<f64>,
+    target_concurrency: Option<f64>,
+    initial_concurrency: Option<usize>,
+    min_concurrency: Option<usize>,
+    max_concurrency: Option<usize>,
+    check_period: Option<usize>,
+    backoff_ratio: Option<f64>,
+    timeout: Option<f64>,
+    smoothing: Option<f64>,
+    probe_multiplier: Option<usize>,
+    queue_size: Option<usize>,
+    long_window: Option<usize>,
+    rtt_tolerance: Option<f64>,
+}
+
+impl Params {
+    /// `self`, with `other`'s fields where it has them.
+    fn overlay(self, other: Params) -> Params {
+        macro_rules! pick {
+            ($($f:ident),*) => { Params { $($f: other.$f.or(self.$f)),* } };
+        }
+        pick!(
+            start_delay,
+            min_delay,
+            max_delay,
+            target_concurrency,
+            initial_concurrency,
+            min_concurrency,
+            max_concurrency,
+            check_period,
+            backoff_ratio,
+            timeout,
+            smoothing,
+            probe_multiplier,
+            queue_size,
+            long_window,
+            rtt_tolerance
+        )
+    }
+
+    /// Whether any field that only a policy uses is set (not the ones
+    /// per-slot settings take as bounds).
+    fn any_policy_only(&self) -> bool {
+        self.target_concurrency.is_some()
+            || self.initial_concurrency.is_some()
+            || self.min_concurrency.is_some()
+            || self.check_period.is_some()
+            || self.backoff_ratio.is_some()
+            || self.timeout.is_some()
+            || self.smoothing.is_some()
+            || self.probe_multiplier.is_some()
+            || self.queue_size.is_some()
+            || self.long_window.is_some()
+            || self.rtt_tolerance.is_some()
+    }
+}
+
+/// Seconds, checked, for field `field`.
+fn seconds(field: &'static str, secs: f64) -> Result<Duration, ConfigError> {
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        ConfigError::new(
+            field,
+            format!("must be a finite, non-negative number of seconds, got {secs}"),
+        )
+    })
+}
+
+/// Builds the policy `name` from `p`, refusing fields it has no use for.
+fn policy(name: &str, p: &Params) -> Result<Arc<dyn MakePolicy>, ConfigError> {
+    // Each policy's fields; any other set field is refused.
+    macro_rules! build {
+        ($policy:expr, { $($field:ident => |$x:ident, $v:ident| $apply:expr),* $(,)? }) => {{
+            let mut policy = $policy;
+            let mut used: Vec<&'static str> = Vec::new();
+            $(
+                used.push(stringify!($field));
+                if let Some($v) = p.$field {
+                    let $x = policy;
+                    policy = $apply;
+                }
+            )*
+            refuse_others(name, p, &used)?;
+            let policy: Arc<dyn MakePolicy> = Arc::new(policy);
+            policy
+        }};
+    }
+    // The durations are checked here, so that a bad one names its field.
+    for (field, value) in [
+        ("start_delay", p.start_delay),
+        ("min_delay", p.min_delay),
+        ("max_delay", p.max_delay),
+        ("timeout", p.timeout),
+    ] {
+        if let Some(secs) = value {
+            seconds(field, secs)?;
+        }
+    }
+    let policy = match name {
+        Adaptive::NAME | "default" => build!(Adaptive::default(), {
+            start_delay => |x, v| x.start_delay_secs(v),
+            min_delay => |x, v| x.min_delay_secs(v),
+            max_delay => |x, v| x.max_delay_secs(v),
+            initial_concurrency => |x, v| x.initial_concurrency(v),
+            max_concurrency => |x, v| x.max_concurrency(v),
+        }),
+        Scrapy::NAME => build!(Scrapy::default(), {
+            start_delay => |x, v| x.start_delay_secs(v),
+            min_delay => |x, v| x.min_delay_secs(v),
+            max_delay => |x, v| x.max_delay_secs(v),
+            target_concurrency => |x, v| x.target_concurrency(v),
+            max_concurrency => |x, v| x.max_concurrency(v),
+        }),
+        Scrapy2012::NAME => build!(Scrapy2012::default(), {
+            start_delay => |x, v| x.start_delay_secs(v),
+            check_period => |x, v| x.check_period(v),
+            max_concurrency => |x, v| x.max_concurrency(v),
+        }),
+        Aimd::NAME => build!(Aimd::default(), {
+            initial_concurrency => |x, v| x.initial_limit(v),
+            min_concurrency => |x, v| x.min_limit(v),
+            max_concurrency => |x, v| x.max_limit(v),
+            backoff_ratio => |x, v| x.backoff_ratio(v),
+            timeout => |x, v| x.timeout_secs(v),
+            min_delay => |x, v| x.min_delay_secs(v),
+        }),
+        Vegas::NAME => build!(Vegas::default(), {
+            initial_concurrency => |x, v| x.initial_limit(v),
+            max_concurrency => |x, v| x.max_limit(v),
+            smoothing => |x, v| x.smoothing(v),
+            probe_multiplier => |x, v| x.probe_multiplier(v),
+            min_delay => |x, v| x.min_delay_secs(v),
+        }),
+        Gradient2::NAME => build!(Gradient2::default(), {
+            initial_concurrency => |x, v| x.initial_limit(v),
+            min_concurrency => |x, v| x.min_limit(v),
+            max_concurrency => |x, v| x.max_limit(v),
+            smoothing => |x, v| x.smoothing(v),
+            queue_size => |x, v| x.queue_size(v),
+            long_window => |x, v| x.long_window(v),
+            rtt_tolerance => |x, v| x.rtt_tolerance(v),
+            min_delay => |x, v| x.min_delay_secs(v),
+        }),
+        other => {
+            return Err(ConfigError::new(
+                "policy",
+                format!(
+                    "unknown policy {other:?}: expected adaptive, scrapy, scrapy-2012, aimd, vegas or gradient2"
+                ),
+            ))
+        }
+    };
+    policy.validate()?;
+    Ok(policy)
+}
+
+/// Refuses the set fields of `p` that are not in `used`.
+fn refuse_others(name: &str, p: &Params, used: &[&'static str]) -> Result<(), ConfigError> {
+    let set = [
+        ("start_delay", p.start_delay.is_some()),
+        ("min_delay", p.min_delay.is_some()),
+        ("max_delay", p.max_delay.is_some()),
+        ("target_concurrency", p.target_concurrency.is_some()),
+        ("initial_concurrency", p.initial_concurrency.is_some()),
+        ("min_concurrency", p.min_concurrency.is_some()),
+        ("max_concurrency", p.max_concurrency.is_some()),
+        ("check_period", p.check_period.is_some()),
+        ("backoff_ratio", p.backoff_ratio.is_some()),
+        ("timeout", p.timeout.is_some()),
+        ("smoothing", p.smoothing.is_some()),
+        ("probe_multiplier", p.probe_multiplier.is_some()),
+        ("queue_size", p.queue_size.is_some()),
+        ("long_window", p.long_window.is_some()),
+        ("rtt_tolerance", p.rtt_tolerance.is_some()),
+    ];
+    match set
+        .iter()
+        .find(|(field, is_set)| *is_set && !used.contains(field))
+    {
+        Some((field, _)) => Err(ConfigError::new(
+            field,
+            format!("does not apply to the {name} policy"),
+        )),
+        None => Ok(()),
+    }
+}
+
+impl ConfigFile {
+    fn params(&self) -> Params {
+        Params {
+            start_delay: self.start_delay,
+            min_delay: self.min_delay,
+            max_delay: self.max_delay,
+            target_concurrency: self.target_concurrency,
+            initial_concurrency: self.initial_concurrency,
+            min_concurrency: self.min_concurrency,
+            max_concurrency: self.max_concurrency,
+            check_period: self.check_period,
+            backoff_ratio: self.backoff_ratio,
+            timeout: self.timeout,
+            smoothing: self.smoothing,
+            probe_multiplier: self.probe_multiplier,
+            queue_size: self.queue_size,
+            long_window: self.long_window,
+            rtt_tolerance: self.rtt_tolerance,
+        }
+    }
+
+    /// Checks the file's settings into a [`Config`].
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first invalid field; for a field of a
+    /// `slots` entry, the field's name within the entry.
+    pub fn build(&self) -> Result<Config, ConfigError> {
+        let name = self.policy.as_deref().unwrap_or(Adaptive::NAME);
+        let params = self.params();
+        let mut builder = Config::builder().policy(policy(name, &params)?);
+        if let Some(debug) = self.debug {
+            builder = builder.debug(debug);
+        }
+        if let Some(max) = self.max_pending {
+            builder = builder.max_pending(max);
+        }
+        if let Some(jitter) = self.jitter {
+            builder = builder.jitter(jitter);
+        }
+        if let Some(seed) = self.seed {
+            builder = builder.seed(seed);
+        }
+        if let Some(secs) = self.max_retry_after {
+            builder = builder.max_retry_after(seconds("max_retry_after", secs)?);
+        }
+        if let Some(strategy) = &self.key_strategy {
+            builder = builder.key_strategy(match strategy.as_str() {
+                "authority" => KeyStrategy::Authority,
+                "host" => KeyStrategy::Host,
+                "registrable-domain" => KeyStrategy::RegistrableDomain,
+                "resolved-ip" => KeyStrategy::ResolvedIp,
+                other => {
+                    return Err(ConfigError::new(
+                        "key_strategy",
+                        format!(
+                            "unknown strategy {other:?}: expected authority, host, registrable-domain or resolved-ip"
+                        ),
+                    ))
+                }
+            });
+        }
+        if let Some(secs) = self.dns_ttl {
+            builder = builder.dns_ttl(seconds("dns_ttl", secs)?);
+        }
+        if let Some(size) = self.dns_cache_size {
+            builder = builder.dns_cache_size(size);
+        }
+        if let Some(secs) = self.idle_timeout {
+            builder = builder.idle_timeout(seconds("idle_timeout", secs)?);
+        }
+        if let Some(max) = self.max_slots {
+            builder = builder.max_slots(max);
+        }
+        for (pattern, slot) in &self.slots {
+            builder = builder.slot(pattern.clone(), slot.settings(name, &params)?);
+        }
+        builder.build()
+    }
+}
+
+impl SlotFile {
+    fn params(&self) -> Params {
+        Params {
+            start_delay: None,
+            min_delay: None,
+            max_delay: None,
+            target_concurrency: self.target_concurrency,
+            initial_concurrency: self.initial_concurrency,
+            min_concurrency: self.min_concurrency,
+            max_concurrency: None,
+            check_period: self.check_period,
+            backoff_ratio: self.backoff_ratio,
+            timeout: self.timeout,
+            smoothing: self.smoothing,
+            probe_multiplier: self.probe_multiplier,
+            queue_size: self.queue_size,
+            long_window: self.long_window,
+            rtt_tolerance: self.rtt_tolerance,
+        }
+    }
+
+    /// The entry as [`SlotSettings`], given the configuration's policy name
+    /// and fields.
+    fn settings(&self, default: &str, defaults: &Params) -> Result<SlotSettings, ConfigError> {
+        let mut settings = SlotSettings::new();
+        let own = self.params();
+        if self.policy.is_some() || own.any_policy_only() {
+            let name = self.policy.as_deref().unwrap_or(default);
+            fn canonical(name: &str) -> &str {
+                if name == "default" {
+                    Adaptive::NAME
+                } else {
+                    name
+                }
+            }
+            let params = if canonical(name) == canonical(default) {
+                defaults.overlay(own)
+            } else {
+                own
+            };
+            settings = settings.policy(policy(name, &params)?);
+        }
+        if let Some(secs) = self.start_delay {
+            settings = settings.start_delay(seconds("start_delay", secs)?);
+        }
+        if let Some(secs) = self.min_delay {
+            settings = settings.min_delay(seconds("min_delay", secs)?);
+        }
+        if let Some(secs) = self.max_delay {
+            settings = settings.max_delay(seconds("max_delay", secs)?);
+        }
+        if let Some(max) = self.max_concurrency {
+            settings = settings.max_concurrency(max);
+        }
+        Ok(settings)
+    }
+}
+
+impl TryFrom<ConfigFile> for Config {
+    type Error = ConfigError;
+
+    fn try_from(file: ConfigFile) -> Result<Self, Self::Error> {
+        file.build()
+    }
+}
+
+impl TryFrom<&ConfigFile> for Config {
+    type Error = ConfigError;
+
+    fn try_from(file: &ConfigFile) -> Result<Self, Self::Error> {
+        file.build()
+    }
+}
+
+impl<'de> Deserialize<'de> for Config {
+    /// Reads a [`ConfigFile`] and checks it; an invalid value is reported
+    /// as the format's error, with the [`ConfigError`]'s message (which
+    /// names the field).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        ConfigFile::deserialize(deserializer)?
+            .build()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_build() {
+        let config = ConfigFile::default().build().unwrap();
+        assert_eq!(config.policy().name(), "adaptive");
+    }
+
+    #[test]
+    fn fields_that_do_not_apply_are_named() {
+        let file = ConfigFile {
+            policy: Some("scrapy-2012".into()),
+            max_delay: Some(3.0),
+            ..ConfigFile::default()
+        };
+        let err = file.build().unwrap_err();
+        assert_eq!(err.field(), "max_delay");
+        assert!(err.reason().contains("scrapy-2012"), "{err}");
+    }
+
+    #[test]
+    fn bad_numbers_are_named() {
+        for (file, field) in [
+            (
+                ConfigFile {
+                    start_delay: Some(-1.0),
+                    ..ConfigFile::default()
+                },
+                "start_delay",
+            ),
+            (
+                ConfigFile {
+                    idle_timeout: Some(f64::NAN),
+                    ..ConfigFile::default()
+                },
+                "idle_timeout",
+            ),
+            (
+                ConfigFile {
+                    max_slots: Some(0),
+                    ..ConfigFile::default()
+                },
+                "max_slots",
+            ),
+            (
+                ConfigFile {
+                    policy: Some("nope".into()),
+                    ..ConfigFile::default()
+                },
+                "policy",
+            ),
+            (
+                ConfigFile {
+                    key_strategy: Some("ip".into()),
+                    ..ConfigFile::default()
+                },
+                "key_strategy",
+            ),
+        ] {
+            assert_eq!(file.build().unwrap_err().field(), field);
+        }
+    }
+}

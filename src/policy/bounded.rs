@@ -1,0 +1,111 @@
+//! Bounds on any policy's answer.
+
+use std::time::Duration;
+
+use super::{Policy, Sample, Throttle};
+
+/// Clamps another policy's answers: the delay into `[min_delay, max_delay]`,
+/// the concurrency limit to at most `max_concurrency`.
+///
+/// The inner policy's own state is left as it is; only what it answers is
+/// clamped. This is what per-slot settings
+/// ([`SlotSettings`](crate::SlotSettings)) use for their bounds.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::StatusCode;
+/// use tower_autothrottle::policy::{Bounded, MakePolicy, Policy, Sample, Scrapy2012};
+/// use tower_autothrottle::SlotKey;
+///
+/// let inner = Scrapy2012::default().max_concurrency(8).make_policy(&SlotKey::new("k"));
+/// let mut policy = Bounded::new(inner)
+///     .min_delay(Duration::from_secs(4))
+///     .max_concurrency(2);
+/// assert_eq!(policy.throttle().delay(), Duration::from_secs(5));
+/// let t = policy.on_sample(&Sample::new(Duration::from_secs(1), StatusCode::OK));
+/// assert_eq!(t.delay(), Duration::from_secs(4)); // (5 + 1) / 2 = 3, raised to 4
+/// assert_eq!(t.concurrency(), 1);
+/// ```
+#[derive(Debug)]
+pub struct Bounded {
+    inner: Box<dyn Policy>,
+    min_delay: Duration,
+    max_delay: Duration,
+    max_concurrency: usize,
+}
+
+impl Bounded {
+    /// Wraps `inner`, unbounded until bounds are set.
+    pub fn new(inner: Box<dyn Policy>) -> Self {
+        Bounded {
+            inner,
+            min_delay: Duration::ZERO,
+            max_delay: Duration::MAX,
+            max_concurrency: usize::MAX,
+        }
+    }
+
+    /// The delay is never below this.
+    pub fn min_delay(mut self, delay: Duration) -> Self {
+        self.min_delay = delay;
+        self
+    }
+
+    /// The delay is never above this (when it is at least `min_delay`).
+    pub fn max_delay(mut self, delay: Duration) -> Self {
+        self.max_delay = delay;
+        self
+    }
+
+    /// The limit is never above this (and never below 1).
+    pub fn max_concurrency(mut self, max: usize) -> Self {
+        self.max_concurrency = max.max(1);
+        self
+    }
+
+    fn clamp(&self, throttle: Throttle) -> Throttle {
+        // In f64, so an unclamped answer passes through bit for bit; `min`
+        // and `max` also turn a NaN into the bound.
+        let delay = throttle
+            .delay_secs()
+            .min(self.max_delay.as_secs_f64())
+            .max(self.min_delay.as_secs_f64());
+        let concurrency = throttle.concurrency().clamp(1, self.max_concurrency);
+        Throttle::new(delay, concurrency)
+    }
+}
+
+impl Policy for Bounded {
+    fn throttle(&self) -> Throttle {
+        self.clamp(self.inner.throttle())
+    }
+
+    fn on_sample(&mut self, sample: &Sample) -> Throttle {
+        let throttle = self.inner.on_sample(sample);
+        self.clamp(throttle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{MakePolicy, Scrapy2012};
+    use crate::SlotKey;
+    use http::StatusCode;
+
+    #[test]
+    fn clamps_both_ways() {
+        let inner = Scrapy2012::default()
+            .start_delay(Duration::from_secs(5))
+            .max_concurrency(8)
+            .make_policy(&SlotKey::new("k"));
+        let mut p = Bounded::new(inner)
+            .max_delay(Duration::from_secs(2))
+            .max_concurrency(0);
+        assert_eq!(p.throttle().delay(), Duration::from_secs(2));
+        assert_eq!(p.throttle().concurrency(), 1);
+        // A huge latency: the inner delay grows, the answer stays at 2 s.
+        let t = p.on_sample(&Sample::new(Duration::from_secs(1000), StatusCode::OK));
+        assert_eq!(t.delay(), Duration::from_secs(2));
+    }
+}
