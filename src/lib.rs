@@ -112,6 +112,7 @@ pub use slot::SlotSnapshot;
 /// The error type of [`AutoThrottle`]: the inner service's error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-#[cfg(doctest)]
+// The README's examples use every feature: `cargo test --all-features`.
+#[cfg(all(doctest, feature = "reqwest", feature = "metrics", feature = "serde"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

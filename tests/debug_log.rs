@@ -83,3 +83,29 @@ async fn without_debug_nothing_is_logged_at_info() {
     let log = log_of(false).await;
     assert!(!log.contains("slot: "), "{log}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn events_carry_the_request_span_and_malformed_headers_warn() {
+    let buffer = Buffer::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(buffer.clone())
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let layer = AutoThrottleLayer::new(Config::default());
+    let mut svc = layer.layer(server(Recorder::default()));
+    let mut req = request("http://a.test/page", 0, 20);
+    req.headers_mut().insert("x-status", "429".parse().unwrap());
+    req.headers_mut()
+        .insert("x-reply-retry-after", "soon".parse().unwrap());
+    drop(svc.ready().await.unwrap().call(req).await.unwrap());
+    let log = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let in_span = "autothrottle{method=GET uri=http://a.test/page}";
+    let adjustment = log.lines().find(|l| l.contains("slot: ")).expect(&log);
+    assert!(adjustment.contains("DEBUG") && adjustment.contains(in_span), "{adjustment}");
+    let dispatched = log.lines().find(|l| l.contains("dispatched")).expect(&log);
+    assert!(dispatched.contains("TRACE") && dispatched.contains(in_span), "{dispatched}");
+    let warning = log.lines().find(|l| l.contains("WARN")).expect(&log);
+    assert!(warning.contains("soon") && warning.contains(in_span), "{warning}");
+}
