@@ -65,6 +65,22 @@
 //! # }
 //! ```
 //!
+//! # Integrations and control
+//!
+//! - [`control`]: per-slot settings (Scrapy's `DOWNLOAD_SLOTS`, by key or
+//!   pattern, at build or run time) and the per-request opt-out
+//!   [`DontAdjust`].
+//! - `reqwest` (feature `reqwest`): `AutoThrottleMiddleware` for
+//!   reqwest-middleware, sharing a layer's slots.
+//! - `metrics` (feature `metrics`): per-slot gauges and counters through the
+//!   `metrics` facade.
+//! - `file` (feature `serde`): [`Config`] from TOML, JSON or any serde
+//!   format, with typed errors.
+//!
+//! The README shows where the layer goes among tower's and tower-http's
+//! middleware (`Timeout`, `Retry`, `Buffer`, `ConcurrencyLimit`, `Trace`,
+//! `FollowRedirect`), as tested in `tests/composition.rs`.
+//!
 //! # Time
 //!
 //! All time comes from `tokio::time`, so tests and simulations can drive the
