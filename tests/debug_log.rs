@@ -103,9 +103,18 @@ async fn events_carry_the_request_span_and_malformed_headers_warn() {
     let log = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     let in_span = "autothrottle{method=GET uri=http://a.test/page}";
     let adjustment = log.lines().find(|l| l.contains("slot: ")).expect(&log);
-    assert!(adjustment.contains("DEBUG") && adjustment.contains(in_span), "{adjustment}");
+    assert!(
+        adjustment.contains("DEBUG") && adjustment.contains(in_span),
+        "{adjustment}"
+    );
     let dispatched = log.lines().find(|l| l.contains("dispatched")).expect(&log);
-    assert!(dispatched.contains("TRACE") && dispatched.contains(in_span), "{dispatched}");
+    assert!(
+        dispatched.contains("TRACE") && dispatched.contains(in_span),
+        "{dispatched}"
+    );
     let warning = log.lines().find(|l| l.contains("WARN")).expect(&log);
-    assert!(warning.contains("soon") && warning.contains(in_span), "{warning}");
+    assert!(
+        warning.contains("soon") && warning.contains(in_span),
+        "{warning}"
+    );
 }
