@@ -44,7 +44,11 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S, Req, S::Future>,
+        state: State<S::Future>,
+        // A clone of the inner service, until the request is sent; kept
+        // out of `state` so that changing state moves only a little.
+        service: S,
+        request: Option<Req>,
         shared: Arc<Shared>,
         // Whether the response adjusts its slot (no `DontAdjust`).
         adjust: bool,
@@ -61,23 +65,17 @@ pub(crate) enum Start {
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, Req, F> {
+    enum State<F> {
         Resolving {
             resolving: BoxFuture<SlotKey>,
-            service: Option<S>,
-            request: Option<Req>,
             pending: Option<OwnedSemaphorePermit>,
         },
         Waiting {
             waiting: Waiting,
-            service: Option<S>,
-            request: Option<Req>,
             pending: Option<OwnedSemaphorePermit>,
         },
         Ready {
             permit: Option<Permit>,
-            service: S,
-            request: Option<Req>,
         },
         Calling {
             #[pin]
@@ -102,23 +100,14 @@ where
         adjust: bool,
         span: tracing::Span,
     ) -> Self {
-        let (service, request) = (Some(service), Some(request));
         let state = match start {
-            Start::Queued(waiting) => State::Waiting {
-                waiting,
-                service,
-                request,
-                pending,
-            },
-            Start::Resolving(resolving) => State::Resolving {
-                resolving,
-                service,
-                request,
-                pending,
-            },
+            Start::Queued(waiting) => State::Waiting { waiting, pending },
+            Start::Resolving(resolving) => State::Resolving { resolving, pending },
         };
         ResponseFuture {
             state,
+            service,
+            request: Some(request),
             shared,
             adjust,
             span,
@@ -139,60 +128,36 @@ where
         let _entered = this.span.enter();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Resolving {
-                    resolving,
-                    service,
-                    request,
-                    pending,
-                } => {
+                StateProj::Resolving { resolving, pending } => {
                     let key = ready!(resolving.as_mut().poll(cx));
                     let waiting = this.shared.enqueue(key);
-                    let (service, request, pending) =
-                        (service.take(), request.take(), pending.take());
-                    this.state.set(State::Waiting {
-                        waiting,
-                        service,
-                        request,
-                        pending,
-                    });
+                    let pending = pending.take();
+                    this.state.set(State::Waiting { waiting, pending });
                 }
-                StateProj::Waiting {
-                    waiting,
-                    service,
-                    request,
-                    pending,
-                } => {
+                StateProj::Waiting { waiting, pending } => {
                     let permit = ready!(waiting.poll_admit(cx, pending));
                     tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
-                    let (Some(service), request) = (service.take(), request.take()) else {
-                        unreachable!("the service is taken only when leaving this state");
-                    };
                     this.state.set(State::Ready {
                         permit: Some(permit),
-                        service,
-                        request,
                     });
                 }
-                StateProj::Ready {
-                    permit,
-                    service,
-                    request,
-                } => {
-                    if let Err(error) = ready!(service.poll_ready(cx)) {
+                StateProj::Ready { permit } => {
+                    if let Err(error) = ready!(this.service.poll_ready(cx)) {
                         let permit = permit.take().expect("the permit is taken only here");
                         this.state.set(State::Done);
                         return Poll::Ready(Err(failed(
                             this.shared,
                             &permit,
+                            Instant::now(),
                             Duration::ZERO,
                             error,
                             *this.adjust,
                         )));
                     }
-                    let request = request.take().expect("the request is taken only here");
+                    let request = this.request.take().expect("the request is taken only here");
                     let permit = permit.take();
                     let started = Instant::now();
-                    let future = service.call(request);
+                    let future = this.service.call(request);
                     this.state.set(State::Calling {
                         future,
                         permit,
@@ -205,7 +170,8 @@ where
                     started,
                 } => {
                     let result = ready!(future.poll(cx));
-                    let latency = started.elapsed();
+                    let now = Instant::now();
+                    let latency = now.saturating_duration_since(*started);
                     let permit = permit.take().expect("the permit is taken only here");
                     this.state.set(State::Done);
                     let response = match result {
@@ -215,6 +181,7 @@ where
                             return Poll::Ready(Err(failed(
                                 this.shared,
                                 &permit,
+                                now,
                                 latency,
                                 error,
                                 *this.adjust,
@@ -225,6 +192,7 @@ where
                     adjust(
                         this.shared,
                         &permit,
+                        now,
                         latency,
                         parts.status,
                         &parts.headers,
@@ -244,6 +212,7 @@ where
 fn failed<E: Into<BoxError>>(
     shared: &Shared,
     permit: &Permit,
+    now: Instant,
     latency: Duration,
     error: E,
     adjust: bool,
@@ -253,13 +222,14 @@ fn failed<E: Into<BoxError>>(
         Some(classify) => classify(&*error),
         None => classify_error(&*error),
     };
-    report_error(permit, latency, &*error, outcome, adjust);
+    report_error(permit, now, latency, &*error, outcome, adjust);
     error
 }
 
 /// Reports a failed request, classified as `outcome`, to its slot.
 pub(crate) fn report_error(
     permit: &Permit,
+    now: Instant,
     latency: Duration,
     error: &(dyn std::error::Error + 'static),
     outcome: Outcome,
@@ -274,7 +244,7 @@ pub(crate) fn report_error(
         hints: Hints::default(),
         adjust,
     };
-    let adjustment = slot.on_end(Instant::now(), ended);
+    let adjustment = slot.on_end(now, ended);
     tracing::debug!(
         slot = %slot.key,
         error = %error,
@@ -331,9 +301,11 @@ fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -
 }
 
 /// Feeds a response to its slot and logs the adjustment.
+#[allow(clippy::too_many_arguments)] // internal; shared by the future and the reqwest middleware
 pub(crate) fn adjust(
     shared: &Shared,
     permit: &Permit,
+    now: Instant,
     latency: Duration,
     status: StatusCode,
     headers: &HeaderMap,
@@ -349,7 +321,7 @@ pub(crate) fn adjust(
         hints: hints(shared, slot.key.as_str(), status, headers),
         adjust,
     };
-    let adjustment = slot.on_end(Instant::now(), ended);
+    let adjustment = slot.on_end(now, ended);
     macro_rules! event {
         ($level:expr) => {
             tracing::event!(

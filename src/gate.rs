@@ -1,7 +1,9 @@
 //! The gate: the only code that waits.
 //!
 //! A request takes a ticket in its slot's FIFO queue when it is called, and
-//! leaves the queue when it is admitted. Only the head of the queue may be
+//! leaves the queue when it is admitted; one that finds the queue empty and
+//! the gate open is admitted right away, when it is called, without taking
+//! a ticket (the common case, kept free of the queue's costs). Only the head of the queue may be
 //! admitted, and only when both hold:
 //!
 //! - fewer requests than the slot's current limit are in flight, and
@@ -35,6 +37,10 @@ pub(crate) struct Waiting {
     slot: Arc<Slot>,
     /// The ticket in the slot's queue; `None` once admitted.
     ticket: Option<u64>,
+    /// Admitted when it joined (the queue was empty and the gate open): its
+    /// dispatch number, until [`poll_admit`](Self::poll_admit) hands out
+    /// the permit.
+    admitted: Option<u64>,
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
@@ -56,21 +62,53 @@ enum Decision {
 }
 
 impl Waiting {
-    /// Joins the back of the slot's queue.
+    /// Joins the back of the slot's queue, or, when nobody waits and the
+    /// gate is open, goes through at once.
     pub(crate) fn enqueue(slot: Arc<Slot>) -> Self {
+        Self::join(slot, false).expect("only an evicted slot is refused")
+    }
+
+    /// [`enqueue`](Self::enqueue) into a slot held from before, unless it
+    /// has been evicted from the table since (then `None`).
+    pub(crate) fn try_enqueue(slot: Arc<Slot>) -> Option<Self> {
+        Self::join(slot, true)
+    }
+
+    fn join(slot: Arc<Slot>, check_evicted: bool) -> Option<Self> {
+        let now = Instant::now();
         let ticket = {
             let mut state = slot.lock();
+            if check_evicted && state.evicted {
+                return None;
+            }
+            if state.waiters.is_empty() && matches!(open(&state, now), Decision::Admit) {
+                state.last_used = now;
+                let seq = take_place(&mut state, now);
+                drop(state);
+                return Some(Waiting {
+                    slot,
+                    ticket: None,
+                    admitted: Some(seq),
+                    sleep: None,
+                });
+            }
             let ticket = state.next_ticket;
             state.next_ticket += 1;
             state.waiters.insert(ticket, None);
-            state.last_used = Instant::now();
+            state.last_used = now;
             ticket
         };
-        Waiting {
+        Some(Waiting {
             slot,
             ticket: Some(ticket),
+            admitted: None,
             sleep: None,
-        }
+        })
+    }
+
+    /// The slot it waits in.
+    pub(crate) fn slot(&self) -> &Arc<Slot> {
+        &self.slot
     }
 
     /// Waits until the request is admitted, then returns its place.
@@ -82,6 +120,13 @@ impl Waiting {
         cx: &mut Context<'_>,
         pending: &mut Option<OwnedSemaphorePermit>,
     ) -> Poll<Permit> {
+        if let Some(seq) = self.admitted.take() {
+            return Poll::Ready(Permit {
+                slot: Arc::clone(&self.slot),
+                seq,
+                _pending: pending.take(),
+            });
+        }
         let Some(ticket) = self.ticket else {
             // Polled after admission: a bug in the caller, but not worth a
             // panic; it will never be admitted twice.
@@ -95,11 +140,7 @@ impl Waiting {
                 match decision {
                     Decision::Admit => {
                         state.waiters.remove(&ticket);
-                        state.in_flight += 1;
-                        state.dispatched += 1;
-                        let seq = state.dispatched;
-                        let previous = state.last_dispatch.replace(now);
-                        state.signals.on_dispatch(now, previous);
+                        let seq = take_place(&mut state, now);
                         // The next request is now the head: it has to start
                         // its own wait for spacing.
                         let next = state.take_head_waker();
@@ -143,10 +184,25 @@ impl Waiting {
     }
 }
 
+/// Takes an in-flight place and records the dispatch; the request's
+/// dispatch number.
+fn take_place(state: &mut SlotState, now: Instant) -> u64 {
+    state.in_flight += 1;
+    state.dispatched += 1;
+    let previous = state.last_dispatch.replace(now);
+    state.signals.on_dispatch(now, previous);
+    state.dispatched
+}
+
 fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
     if state.waiters.keys().next() != Some(&ticket) {
         return Decision::Wait;
     }
+    open(state, now)
+}
+
+/// Whether the gate lets the head of the queue through now.
+fn open(state: &SlotState, now: Instant) -> Decision {
     let (delay, limit) = state.signals.effective(&state.throttle, now);
     if state.in_flight >= limit {
         return Decision::Wait;
@@ -186,6 +242,11 @@ pub(crate) fn far_future(now: Instant) -> Instant {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        if self.admitted.is_some() {
+            // Admitted, but the permit was never taken: give the place back.
+            self.slot.release();
+            return;
+        }
         let Some(ticket) = self.ticket else { return };
         let wake = {
             let mut state = self.slot.lock();

@@ -147,6 +147,14 @@ pub fn rate_limit(
     headers: &HeaderMap,
     max_window: Duration,
 ) -> Result<Option<RateLimit>, HeaderError> {
+    // Every field read below is named `ratelimit…`: one pass over the names
+    // spares the lookups for the many responses that carry none.
+    if !headers
+        .keys()
+        .any(|name| name.as_str().starts_with("ratelimit"))
+    {
+        return Ok(None);
+    }
     let policies = match joined(headers, "ratelimit-policy") {
         Some(text) => parse_sf_list("RateLimit-Policy", &text, &["q", "w"])?,
         None => Vec::new(),

@@ -30,7 +30,7 @@
 //! carries. Key selection never fails and never panics: a failed resolution
 //! falls back to the host key.
 
-use std::borrow::Borrow;
+use std::borrow::{Borrow, Cow};
 use std::fmt;
 use std::sync::Arc;
 
@@ -72,7 +72,47 @@ impl SlotKey {
     /// assert_eq!(SlotKey::from_authority(Some(&Scheme::HTTPS), &b).as_str(), "https://example.com:8443");
     /// ```
     pub fn from_authority(scheme: Option<&Scheme>, authority: &Authority) -> Self {
-        let scheme = scheme.map(Scheme::as_str).unwrap_or("http");
+        let mut key = String::new();
+        write_authority_key(scheme, authority, &mut key);
+        SlotKey(key.into())
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Writes the normalized key of [`SlotKey::from_authority`] into `key`.
+fn write_authority_key(scheme: Option<&Scheme>, authority: &Authority, key: &mut String) {
+    let scheme = scheme.map(Scheme::as_str).unwrap_or("http");
+    // The common case, with nothing to normalize, in one pass over the
+    // bytes: a lower-case name or IPv4 address, maybe a port that is not
+    // the default one and has no leading zero.
+    let text = authority.as_str();
+    let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-';
+    if !scheme.bytes().any(|b| b.is_ascii_uppercase()) {
+        let (host, port) = match text.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        };
+        let host_plain = !host.is_empty() && !host.ends_with('.') && host.bytes().all(plain);
+        let port_plain = port.is_none_or(|p| {
+            !p.is_empty()
+                && !p.starts_with('0')
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && p.parse::<u16>()
+                    .is_ok_and(|p| default_port(scheme) != Some(p))
+        });
+        if host_plain && port_plain {
+            key.reserve(scheme.len() + 3 + text.len());
+            key.push_str(scheme);
+            key.push_str("://");
+            key.push_str(text);
+            return;
+        }
+    }
+    {
         let scheme_lower;
         let scheme = if scheme.bytes().any(|b| b.is_ascii_uppercase()) {
             scheme_lower = scheme.to_ascii_lowercase();
@@ -88,22 +128,16 @@ impl SlotKey {
         let port = authority
             .port_u16()
             .filter(|&p| default_port(scheme) != Some(p));
-        let mut key = String::with_capacity(scheme.len() + 3 + host.len() + 6);
+        key.reserve(scheme.len() + 3 + host.len() + 6);
         key.push_str(scheme);
         key.push_str("://");
         for c in host.chars() {
             key.push(c.to_ascii_lowercase());
         }
         if let Some(port) = port {
-            key.push(':');
-            key.push_str(&port.to_string());
+            use std::fmt::Write;
+            let _ = write!(key, ":{port}");
         }
-        SlotKey(key.into())
-    }
-
-    /// The key's text.
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 
@@ -289,6 +323,8 @@ pub type KeyFn = Arc<dyn Fn(&Parts) -> Option<SlotKey> + Send + Sync>;
 pub(crate) enum KeyChoice {
     /// The key is known.
     Ready(SlotKey),
+    /// The key is the text written into the buffer given to [`key_in`].
+    InBuffer,
     /// The key is the address `host` resolves to, or `fallback` if it does
     /// not resolve.
     Resolve { host: String, fallback: SlotKey },
@@ -297,6 +333,22 @@ pub(crate) enum KeyChoice {
 /// Chooses the slot key of a request head, following the precedence in the
 /// [module documentation](self).
 pub(crate) fn key_for(parts: &Parts, key_fn: Option<&KeyFn>, strategy: KeyStrategy) -> KeyChoice {
+    let mut buffer = String::new();
+    match key_in(parts, key_fn, strategy, &mut buffer) {
+        KeyChoice::InBuffer => KeyChoice::Ready(SlotKey::new(buffer)),
+        other => other,
+    }
+}
+
+/// [`key_for`], writing the default authority key (the common case) into
+/// `buffer` instead of allocating it, so that finding an existing slot
+/// allocates nothing.
+pub(crate) fn key_in(
+    parts: &Parts,
+    key_fn: Option<&KeyFn>,
+    strategy: KeyStrategy,
+    buffer: &mut String,
+) -> KeyChoice {
     if let Some(DownloadSlot(key)) = parts.extensions.get::<DownloadSlot>() {
         return KeyChoice::Ready(key.clone());
     }
@@ -307,7 +359,10 @@ pub(crate) fn key_for(parts: &Parts, key_fn: Option<&KeyFn>, strategy: KeyStrate
         return KeyChoice::Ready(SlotKey::fallback());
     };
     KeyChoice::Ready(match strategy {
-        KeyStrategy::Authority => SlotKey::from_authority(parts.uri.scheme(), &authority),
+        KeyStrategy::Authority => {
+            write_authority_key(parts.uri.scheme(), &authority, buffer);
+            return KeyChoice::InBuffer;
+        }
         KeyStrategy::Host => SlotKey::host(authority.host()),
         KeyStrategy::RegistrableDomain => SlotKey::registrable_domain(authority.host()),
         KeyStrategy::ResolvedIp => {
@@ -324,10 +379,14 @@ pub(crate) fn key_for(parts: &Parts, key_fn: Option<&KeyFn>, strategy: KeyStrate
 }
 
 /// The URI's authority, else the `Host` header's.
-fn request_authority(parts: &Parts) -> Option<Authority> {
+fn request_authority(parts: &Parts) -> Option<Cow<'_, Authority>> {
     if let Some(authority) = parts.uri.authority() {
-        if !authority.host().is_empty() {
-            return Some(authority.clone());
+        // The host can only be empty with user information or a bare
+        // `:port`; `Authority::host` is only worth its cost then.
+        let text = authority.as_str();
+        let suspicious = text.is_empty() || text.starts_with(':') || text.contains('@');
+        if !suspicious || !authority.host().is_empty() {
+            return Some(Cow::Borrowed(authority));
         }
     }
     parts
@@ -336,6 +395,7 @@ fn request_authority(parts: &Parts) -> Option<Authority> {
         .and_then(|v| v.to_str().ok())
         .and_then(|s| s.trim().parse::<Authority>().ok())
         .filter(|a| !a.host().is_empty())
+        .map(Cow::Owned)
 }
 
 /// The default keying: by authority.
@@ -343,6 +403,7 @@ fn request_authority(parts: &Parts) -> Option<Authority> {
 fn authority_key(parts: &Parts) -> SlotKey {
     match key_for(parts, None, KeyStrategy::Authority) {
         KeyChoice::Ready(key) => key,
+        KeyChoice::InBuffer => unreachable!("key_for allocates its key"),
         KeyChoice::Resolve { fallback, .. } => fallback,
     }
 }

@@ -1,10 +1,13 @@
 //! The layer, and the state it shares with its services.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::request::Parts;
+use http::uri::{Authority, Scheme, Uri};
+use http::Extensions;
 use tokio::sync::Semaphore;
 use tower_layer::Layer;
 
@@ -12,10 +15,10 @@ use crate::config::{Config, ConfigError};
 use crate::control::SlotSettings;
 use crate::future::Start;
 use crate::gate::Waiting;
-use crate::key::{key_for, KeyChoice, KeyStrategy, SlotKey};
+use crate::key::{key_for, key_in, DownloadSlot, KeyChoice, KeyStrategy, SlotKey};
 use crate::resolve::DnsCache;
 use crate::service::AutoThrottle;
-use crate::slot::{SlotSnapshot, SlotTable};
+use crate::slot::{Slot, SlotSnapshot, SlotTable};
 
 /// Applies [`AutoThrottle`] to services.
 ///
@@ -60,10 +63,85 @@ impl Shared {
 
     /// Keys a request by its head and starts it: in its slot's queue now (so
     /// requests queue in call order), or after resolving its host.
-    pub(crate) fn start(&self, parts: &Parts) -> Start {
+    ///
+    /// `recent`, a service's memory of the slot its last request went to, is
+    /// set to this request's slot (with the default keying only); see
+    /// [`start_recent`](Self::start_recent), which the caller tries first.
+    pub(crate) fn start(&self, parts: &Parts, recent: Option<&mut Option<Recent>>) -> Start {
+        let Some(recent) = recent.filter(|_| self.cacheable(&parts.extensions)) else {
+            return self.start_keyed(parts);
+        };
+        let start = self.start_keyed(parts);
+        *recent = match (&start, parts.uri.authority()) {
+            (Start::Queued(waiting), Some(authority)) => Some(Recent {
+                scheme: parts.uri.scheme().cloned(),
+                authority: authority.clone(),
+                slot: Arc::clone(waiting.slot()),
+            }),
+            _ => None,
+        };
+        start
+    }
+
+    /// Whether a request with these extensions may use a remembered slot:
+    /// only with the default keying.
+    fn cacheable(&self, extensions: &Extensions) -> bool {
+        self.config.key_fn.is_none()
+            && self.config.key_strategy == KeyStrategy::Authority
+            && extensions.get::<DownloadSlot>().is_none()
+    }
+
+    /// Starts the request in the remembered slot, if it goes to the same
+    /// scheme and authority and the slot is still in the table; checked
+    /// before the request is taken apart, which the way through the table
+    /// needs.
+    pub(crate) fn start_recent(
+        &self,
+        uri: &Uri,
+        extensions: &Extensions,
+        recent: &mut Option<Recent>,
+    ) -> Option<Start> {
+        let memo = recent.as_ref()?;
+        let authority = uri.authority()?;
+        // Byte for byte: a request that differs only in case takes the
+        // longer way, to the same slot.
+        let same = memo.authority.as_str() == authority.as_str()
+            && memo.scheme.as_ref().map(Scheme::as_str) == uri.scheme().map(Scheme::as_str);
+        if !same || !self.cacheable(extensions) {
+            return None;
+        }
+        Waiting::try_enqueue(Arc::clone(&memo.slot)).map(Start::Queued)
+    }
+
+    fn start_keyed(&self, parts: &Parts) -> Start {
+        thread_local! {
+            static BUFFER: RefCell<String> = const { RefCell::new(String::new()) };
+        }
         let config = &self.config;
-        match key_for(parts, config.key_fn.as_ref(), config.key_strategy) {
+        let (key_fn, strategy) = (config.key_fn.as_ref(), config.key_strategy);
+        let choice = BUFFER.with(|buffer| {
+            // A policy or key function that sent a request from in here
+            // would find the buffer taken: it then gets a key of its own.
+            let Ok(mut buffer) = buffer.try_borrow_mut() else {
+                return Err(key_for(parts, key_fn, strategy));
+            };
+            buffer.clear();
+            match key_in(parts, key_fn, strategy, &mut buffer) {
+                // The common case: no allocation when the slot exists.
+                KeyChoice::InBuffer => Ok(self
+                    .table
+                    .with_slot_str(&buffer, |slot| Waiting::enqueue(Arc::clone(slot)))),
+                other => Err(other),
+            }
+        });
+        let choice = match choice {
+            Ok(waiting) => return Start::Queued(waiting),
+            Err(choice) => choice,
+        };
+        match choice {
             KeyChoice::Ready(key) => Start::Queued(self.enqueue(key)),
+            // `key_for` never leaves the key in a buffer.
+            KeyChoice::InBuffer => Start::Queued(self.enqueue(SlotKey::fallback())),
             KeyChoice::Resolve { host, fallback } => match &self.dns {
                 Some(dns) => match dns.cached(&host, &fallback) {
                     Some(key) => Start::Queued(self.enqueue(key)),
@@ -73,6 +151,15 @@ impl Shared {
             },
         }
     }
+}
+
+/// The slot a service's last request went to, by the scheme and authority
+/// of its URI (see [`Shared::start`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Recent {
+    scheme: Option<Scheme>,
+    authority: Authority,
+    slot: Arc<Slot>,
 }
 
 impl AutoThrottleLayer {

@@ -130,12 +130,13 @@ impl Middleware for AutoThrottleMiddleware {
                 Some(semaphore) => Arc::clone(semaphore).acquire_owned().await.ok(),
                 None => None,
             };
-            let start = shared.start(&head(&req, extensions));
+            let start = shared.start(&head(&req, extensions), None);
             let permit = admit(shared, start, pending).await;
             tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
             let started = Instant::now();
             let result = next.run(req, extensions).await;
-            let latency = started.elapsed();
+            let now = Instant::now();
+            let latency = now.saturating_duration_since(started);
             let response = match result {
                 Ok(response) => response,
                 Err(error) => {
@@ -146,13 +147,14 @@ impl Middleware for AutoThrottleMiddleware {
                         }
                         (None, _) => classify_error(&error),
                     };
-                    report_error(&permit, latency, &error, outcome, adjust_slot);
+                    report_error(&permit, now, latency, &error, outcome, adjust_slot);
                     return Err(error);
                 }
             };
             adjust(
                 shared,
                 &permit,
+                now,
                 latency,
                 response.status(),
                 response.headers(),

@@ -13,7 +13,7 @@ use tower_service::Service;
 use crate::config::Config;
 use crate::control::DontAdjust;
 use crate::future::ResponseFuture;
-use crate::layer::{AutoThrottleLayer, Shared};
+use crate::layer::{AutoThrottleLayer, Recent, Shared};
 use crate::slot::SlotSnapshot;
 use crate::BoxError;
 
@@ -28,7 +28,8 @@ use crate::BoxError;
 /// gives callers backpressure. Without a bound it is always ready.
 ///
 /// `call` never waits: it picks the request's slot, joins the back of that
-/// slot's FIFO queue and returns a [`ResponseFuture`]. The future waits for
+/// slot's FIFO queue (or, when nobody waits there and the gate is open,
+/// takes its in-flight place at once) and returns a [`ResponseFuture`]. The future waits for
 /// the slot's gate, then drives a *clone* of the inner service to readiness
 /// and calls it, as tower's documentation prescribes for services that
 /// call their inner service from their future. The inner service must
@@ -53,6 +54,7 @@ pub struct AutoThrottle<S> {
     shared: Arc<Shared>,
     semaphore: Option<PollSemaphore>,
     permit: Option<OwnedSemaphorePermit>,
+    recent: Option<Recent>,
 }
 
 impl<S> AutoThrottle<S> {
@@ -67,6 +69,7 @@ impl<S> AutoThrottle<S> {
             semaphore: shared.pending.clone().map(PollSemaphore::new),
             shared,
             permit: None,
+            recent: None,
         }
     }
 
@@ -126,11 +129,21 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
-        let start = self.shared.start(&parts);
-        let adjust = parts.extensions.get::<DontAdjust>().is_none();
-        let span = tracing::debug_span!("autothrottle", method = %parts.method, uri = %parts.uri);
-        let request = Request::from_parts(parts, body);
+        let adjust = request.extensions().get::<DontAdjust>().is_none();
+        let span =
+            tracing::debug_span!("autothrottle", method = %request.method(), uri = %request.uri());
+        let (start, request) =
+            match self
+                .shared
+                .start_recent(request.uri(), request.extensions(), &mut self.recent)
+            {
+                Some(start) => (start, request),
+                None => {
+                    let (parts, body) = request.into_parts();
+                    let start = self.shared.start(&parts, Some(&mut self.recent));
+                    (start, Request::from_parts(parts, body))
+                }
+            };
         let mut pending = self.permit.take();
         if pending.is_none() {
             if let Some(semaphore) = &self.shared.pending {

@@ -149,6 +149,15 @@ impl SlotTable {
         result
     }
 
+    /// [`with_slot`](Self::with_slot) for a key given as text: allocates
+    /// a key only when the slot is new.
+    pub(crate) fn with_slot_str<R>(&self, key: &str, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
+        if let Some(slot) = self.slots.get(key) {
+            return f(&slot);
+        }
+        self.with_slot(SlotKey::new(key), f)
+    }
+
     /// A fresh policy for the slot `key`: its settings', or the default.
     fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
         let overrides = self.overrides.read().unwrap_or_else(|p| p.into_inner());
@@ -192,8 +201,7 @@ impl SlotTable {
     fn evict(&self, now: Instant) {
         let timeout = self.idle_timeout;
         self.slots.retain(|_, slot| {
-            slot.idle_since(now)
-                .is_none_or(|since| now.saturating_duration_since(since) < timeout)
+            !slot.evict_if(now, |since| now.saturating_duration_since(since) >= timeout)
         });
         if self.slots.len() <= self.max_slots {
             return;
@@ -216,7 +224,7 @@ impl SlotTable {
             }
             if self
                 .slots
-                .remove_if(&key, |_, slot| slot.idle_since(now).is_some())
+                .remove_if(&key, |_, slot| slot.evict_if(now, |_| true))
                 .is_some()
             {
                 excess -= 1;
@@ -266,6 +274,9 @@ pub(crate) struct SlotState {
     last_status: Option<StatusCode>,
     pub(crate) dispatched: u64,
     responses: u64,
+    /// Removed from the table: a request holding the slot from before (see
+    /// [`Recent`](crate::layer::Recent)) must not join it.
+    pub(crate) evicted: bool,
 }
 
 /// What a response did to its slot, for logging.
@@ -315,6 +326,7 @@ impl Slot {
                 last_status: None,
                 dispatched: 0,
                 responses: 0,
+                evicted: false,
             }),
         }
     }
@@ -428,15 +440,21 @@ impl Slot {
 
     /// Since when the slot is evictable (see [`SlotTable`]), if it is.
     fn idle_since(&self, now: Instant) -> Option<Instant> {
-        let state = self.lock();
-        let busy = state.in_flight > 0 || !state.waiters.is_empty();
-        let pinned = !state.signals.floor.is_zero();
-        let paused = state.signals.paused_until.is_some_and(|p| p > now);
-        let (delay, _) = state.signals.effective(&state.throttle, now);
-        let spacing = state
-            .last_dispatch
-            .is_some_and(|last| last.checked_add(delay).is_none_or(|next| next > now));
-        (!busy && !pinned && !paused && !spacing).then_some(state.last_used)
+        self.lock().idle_since(now)
+    }
+
+    /// Marks the slot evicted, if it is evictable and `old_enough` says so
+    /// of the instant since which it is idle; whether it did. Called by the
+    /// table just before it removes the slot, under the shard's write lock.
+    fn evict_if(&self, now: Instant, old_enough: impl FnOnce(Instant) -> bool) -> bool {
+        let mut state = self.lock();
+        match state.idle_since(now) {
+            Some(since) if old_enough(since) => {
+                state.evicted = true;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Gives back one in-flight place.
@@ -474,6 +492,19 @@ impl Slot {
     }
 }
 impl SlotState {
+    /// Since when the slot is evictable (see [`SlotTable`]), if it is.
+    fn idle_since(&self, now: Instant) -> Option<Instant> {
+        let state = self;
+        let busy = state.in_flight > 0 || !state.waiters.is_empty();
+        let pinned = !state.signals.floor.is_zero();
+        let paused = state.signals.paused_until.is_some_and(|p| p > now);
+        let (delay, _) = state.signals.effective(&state.throttle, now);
+        let spacing = state
+            .last_dispatch
+            .is_some_and(|last| last.checked_add(delay).is_none_or(|next| next > now));
+        (!busy && !pinned && !paused && !spacing).then_some(state.last_used)
+    }
+
     /// Takes the waker of the request at the head of the queue, if any.
     pub(crate) fn take_head_waker(&mut self) -> Option<Waker> {
         self.waiters.values_mut().next().and_then(Option::take)

@@ -124,3 +124,48 @@ async fn slots_tied_to_their_host_are_never_dropped() {
     }
     assert!(layer.slot("http://floored.test").is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_service_that_remembers_an_evicted_slot_joins_the_tables_new_one() {
+    use tower::{Service, ServiceExt};
+    // A service remembers the slot of its last request; once that slot is
+    // evicted, its next request to the host must go to the table's slot,
+    // which every other service shares, not to the forgotten one.
+    let layer = throttle(Duration::ZERO, 60 * S, 100_000);
+    let recorder = Recorder::default();
+    let mut remembering = layer.layer(server(recorder.clone()));
+    async fn send<S>(svc: &mut S, uri: &str)
+    where
+        S: Service<http::Request<String>>,
+        S::Error: std::fmt::Debug,
+    {
+        drop(
+            svc.ready()
+                .await
+                .unwrap()
+                .call(request(uri, 0, 0))
+                .await
+                .unwrap(),
+        );
+    }
+    send(&mut remembering, "http://a.test/").await;
+    send(&mut remembering, "http://a.test/").await;
+    assert_eq!(layer.slot("http://a.test").unwrap().dispatched, 2);
+    // a.test idles past the timeout; new hosts sweep it away.
+    tokio::time::advance(61 * S).await;
+    let mut other = layer.layer(server(recorder.clone()));
+    for i in 0..200 {
+        send(&mut other, &format!("http://h{i}.test/")).await;
+    }
+    assert!(layer.slot("http://a.test").is_none(), "evicted");
+    send(&mut remembering, "http://a.test/").await;
+    let slot = layer
+        .slot("http://a.test")
+        .expect("the request made a new slot in the table");
+    assert_eq!(slot.dispatched, 1);
+    // And the remembered slot is now the table's: a second service's
+    // request shares it.
+    send(&mut other, "http://a.test/").await;
+    send(&mut remembering, "http://a.test/").await;
+    assert_eq!(layer.slot("http://a.test").unwrap().dispatched, 3);
+}

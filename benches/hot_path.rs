@@ -1,0 +1,76 @@
+//! The layer's hot path alone, for a profiler: one task sends requests to
+//! one host through the layer (zero delay, a limit that never binds) around
+//! an always-ready `service_fn`, and prints the mean time per request.
+//!
+//! ```text
+//! cargo bench --bench hot_path                      # 1 000 000 requests
+//! cargo bench --bench hot_path --no-run             # then, with the path it prints:
+//! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
+//! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
+//! ```
+//!
+//! callgrind counts instructions, so its totals repeat exactly from run to
+//! run whatever else the machine does (divide by the request count).
+
+use std::convert::Infallible;
+use std::future::ready;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Request, Response, Uri};
+use http_body_util::Empty;
+use tower::{Layer, Service, ServiceExt};
+use tower_autothrottle::policy::{MakePolicy, Policy, Sample, Throttle};
+use tower_autothrottle::{AutoThrottleLayer, Config, ConfigError, SlotKey};
+
+#[derive(Debug, Clone, Copy)]
+struct Fixed;
+
+impl Policy for Fixed {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(0.0, 1 << 20)
+    }
+    fn on_sample(&mut self, _: &Sample) -> Throttle {
+        self.throttle()
+    }
+}
+
+impl MakePolicy for Fixed {
+    fn name(&self) -> &'static str {
+        "fixed"
+    }
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    fn make_policy(&self, _: &SlotKey) -> Box<dyn Policy> {
+        Box::new(Fixed)
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a number is the request count.
+    let n: u64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let layer = AutoThrottleLayer::new(Config::builder().policy(Fixed).build().unwrap());
+    let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| {
+        ready(Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())))
+    }));
+    let uri: Uri = "http://host-1.example/page".parse().unwrap();
+    let start = Instant::now();
+    rt.block_on(async {
+        for _ in 0..n {
+            let mut req = Request::new(());
+            *req.uri_mut() = uri.clone();
+            let response = svc.ready().await.unwrap().call(req).await.unwrap();
+            drop(response);
+        }
+    });
+    let per = start.elapsed() / n as u32;
+    println!("hot_path: {n} requests, {per:?} per request");
+}
