@@ -211,7 +211,7 @@ fn open(state: &SlotState, now: Instant) -> Decision {
         last.checked_add(state.signals.gap(delay))
             .unwrap_or_else(|| far_future(now))
     });
-    let paused = state.signals.paused_until;
+    let paused = state.signals.paused_until();
     match spaced.into_iter().chain(paused).max() {
         Some(deadline) if deadline > now => Decision::WaitUntil(deadline),
         _ => Decision::Admit,

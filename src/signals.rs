@@ -43,8 +43,25 @@ const BACKOFF_GONE: Duration = Duration::from_micros(100);
 /// What the layer knows about a slot beyond its policy.
 #[derive(Debug, Clone)]
 pub(crate) struct Signals {
+    /// What the server said (pauses, pacing, overload backoff): boxed, and
+    /// only there once a server said something, so that a quiet slot (most
+    /// of them, in a broad crawl) carries a pointer instead.
+    trouble: Option<Box<Trouble>>,
+    /// A smoothed spacing between dispatches, for sizing the backoff.
+    interval: Option<Duration>,
+    pub(crate) floor: Duration,
+    jitter: f64,
+    rng: u64,
+    /// The jitter factor drawn at the last dispatch.
+    factor: f64,
+    pub(crate) overloads: u64,
+}
+
+/// The part of [`Signals`] that only a server's answer sets.
+#[derive(Debug, Clone, Default)]
+struct Trouble {
     /// No dispatch before this instant (Retry-After, exhausted quota).
-    pub(crate) paused_until: Option<Instant>,
+    paused_until: Option<Instant>,
     /// Rate-limit pacing and when it expires.
     rate_spacing: Duration,
     rate_until: Option<Instant>,
@@ -55,19 +72,10 @@ pub(crate) struct Signals {
     /// Requests dispatched before or at this sequence number were in flight
     /// at the last overload reaction.
     overload_seq: Option<u64>,
-    /// A smoothed spacing between dispatches, for sizing the backoff.
-    interval: Option<Duration>,
     /// The spacing in force when the last overload happened.
     overload_spacing: Duration,
-    pub(crate) floor: Duration,
-    jitter: f64,
-    rng: u64,
-    /// The jitter factor drawn at the last dispatch.
-    factor: f64,
-    pub(crate) overloads: u64,
 }
 
-/// What an outcome did to the slot, for the policy and for logging.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Reaction {
     /// The outcome the policy should see (a repeated overload is `Ignore`).
@@ -79,15 +87,8 @@ pub(crate) struct Reaction {
 impl Signals {
     pub(crate) fn new(jitter: f64, seed: u64) -> Self {
         Signals {
-            paused_until: None,
-            rate_spacing: Duration::ZERO,
-            rate_until: None,
-            backoff_delay: Duration::ZERO,
-            cap: None,
-            cap_credit: 0,
-            overload_seq: None,
+            trouble: None,
             interval: None,
-            overload_spacing: Duration::ZERO,
             floor: Duration::ZERO,
             jitter,
             rng: seed,
@@ -98,15 +99,27 @@ impl Signals {
 
     /// The effective delay and limit at `now`, given the policy's answer.
     pub(crate) fn effective(&self, policy: &Throttle, now: Instant) -> (Duration, usize) {
-        let mut delay = policy.delay().max(self.floor).max(self.backoff_delay);
-        if self.rate_until.is_some_and(|until| now < until) {
-            delay = delay.max(self.rate_spacing);
-        }
+        let mut delay = policy.delay().max(self.floor);
         let mut limit = policy.concurrency().max(1);
-        if let Some(cap) = self.cap {
-            limit = limit.min(cap.max(1));
+        if let Some(t) = &self.trouble {
+            delay = delay.max(t.backoff_delay);
+            if t.rate_until.is_some_and(|until| now < until) {
+                delay = delay.max(t.rate_spacing);
+            }
+            if let Some(cap) = t.cap {
+                limit = limit.min(cap.max(1));
+            }
         }
         (delay, limit)
+    }
+
+    /// No dispatch before this instant (`Retry-After`, an exhausted quota).
+    pub(crate) fn paused_until(&self) -> Option<Instant> {
+        self.trouble.as_ref().and_then(|t| t.paused_until)
+    }
+
+    fn trouble(&mut self) -> &mut Trouble {
+        self.trouble.get_or_insert_with(Box::default)
     }
 
     /// The gap required after the last dispatch, with jitter applied.
@@ -146,7 +159,8 @@ impl Signals {
     ) -> Reaction {
         match outcome {
             Outcome::Overload => {
-                if self.overload_seq.is_some_and(|last| seq <= last) {
+                let last = self.trouble.as_ref().and_then(|t| t.overload_seq);
+                if last.is_some_and(|last| seq <= last) {
                     // In flight when we last reacted: the same event.
                     return Reaction {
                         outcome: Outcome::Ignore,
@@ -154,14 +168,14 @@ impl Signals {
                     };
                 }
                 self.overloads += 1;
-                self.overload_seq = Some(dispatched);
                 let (delay, limit) = self.effective(policy, now);
                 let base = delay.max(self.interval.unwrap_or(Duration::ZERO));
-                self.overload_spacing = base;
-                self.backoff_delay = (base * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
-                let cap = (limit / 2).max(1);
-                self.cap = Some(cap);
-                self.cap_credit = 0;
+                let t = self.trouble();
+                t.overload_seq = Some(dispatched);
+                t.overload_spacing = base;
+                t.backoff_delay = (base * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                t.cap = Some((limit / 2).max(1));
+                t.cap_credit = 0;
                 Reaction {
                     outcome,
                     changed: true,
@@ -169,20 +183,23 @@ impl Signals {
             }
             Outcome::Success => {
                 let mut changed = false;
-                if !self.backoff_delay.is_zero() {
-                    let fast = self.backoff_delay > self.overload_spacing.mul_f64(1.25);
-                    self.backoff_delay -= self.backoff_delay / if fast { 16 } else { 256 };
-                    if self.backoff_delay < BACKOFF_GONE {
-                        self.backoff_delay = Duration::ZERO;
+                let Some(t) = self.trouble.as_deref_mut() else {
+                    return Reaction { outcome, changed };
+                };
+                if !t.backoff_delay.is_zero() {
+                    let fast = t.backoff_delay > t.overload_spacing.mul_f64(1.25);
+                    t.backoff_delay -= t.backoff_delay / if fast { 16 } else { 256 };
+                    if t.backoff_delay < BACKOFF_GONE {
+                        t.backoff_delay = Duration::ZERO;
                     }
                     changed = true;
                 }
-                if let Some(cap) = self.cap {
-                    self.cap_credit += 1;
-                    if self.cap_credit >= cap {
-                        self.cap_credit = 0;
+                if let Some(cap) = t.cap {
+                    t.cap_credit += 1;
+                    if t.cap_credit >= cap {
+                        t.cap_credit = 0;
                         changed = true;
-                        self.cap = if cap + 1 >= policy.concurrency() {
+                        t.cap = if cap + 1 >= policy.concurrency() {
                             None
                         } else {
                             Some(cap + 1)
@@ -206,10 +223,10 @@ impl Signals {
         let until = now
             .checked_add(wait)
             .unwrap_or_else(|| crate::gate::far_future(now));
-        if self.paused_until.is_some_and(|p| p >= until) {
+        if self.paused_until().is_some_and(|p| p >= until) {
             return false;
         }
-        self.paused_until = Some(until);
+        self.trouble().paused_until = Some(until);
         true
     }
 
@@ -218,9 +235,10 @@ impl Signals {
         match limit {
             RateLimit::Exhausted { reset } => self.retry_after(now, reset),
             RateLimit::Pace { spacing, valid_for } => {
-                self.rate_spacing = spacing;
+                let t = self.trouble();
+                t.rate_spacing = spacing;
                 // A window too long for the clock holds for as long as it can.
-                self.rate_until = Some(
+                t.rate_until = Some(
                     now.checked_add(valid_for)
                         .unwrap_or_else(|| crate::gate::far_future(now)),
                 );
@@ -232,7 +250,9 @@ impl Signals {
     /// The current backoff delay and cap.
     #[cfg(test)]
     pub(crate) fn backoff(&self) -> (Duration, Option<usize>) {
-        (self.backoff_delay, self.cap)
+        self.trouble
+            .as_ref()
+            .map_or((Duration::ZERO, None), |t| (t.backoff_delay, t.cap))
     }
 }
 
@@ -331,9 +351,9 @@ mod tests {
         assert!(s.retry_after(t0, Duration::from_secs(5)));
         assert!(!s.retry_after(t0, Duration::from_secs(2)));
         assert!(!s.retry_after(t0, Duration::ZERO));
-        assert_eq!(s.paused_until, Some(t0 + Duration::from_secs(5)));
+        assert_eq!(s.paused_until(), Some(t0 + Duration::from_secs(5)));
         assert!(s.retry_after(t0 + Duration::from_secs(1), Duration::from_secs(5)));
-        assert_eq!(s.paused_until, Some(t0 + Duration::from_secs(6)));
+        assert_eq!(s.paused_until(), Some(t0 + Duration::from_secs(6)));
     }
 
     #[test]

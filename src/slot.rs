@@ -359,7 +359,7 @@ impl Slot {
             }
             let before = (
                 state.signals.effective(&state.throttle, now),
-                state.signals.paused_until,
+                state.signals.paused_until(),
             );
             let reaction = if ended.adjust {
                 state.signals.on_outcome(
@@ -391,7 +391,7 @@ impl Slot {
                 state.throttle = state.policy.on_sample(&sample);
             }
             let (delay, limit) = state.signals.effective(&state.throttle, now);
-            let changed = before != ((delay, limit), state.signals.paused_until);
+            let changed = before != ((delay, limit), state.signals.paused_until());
             // A new delay, limit or pause may let the head of the queue go
             // sooner, or later: let it look again.
             let wake = if changed {
@@ -485,7 +485,7 @@ impl Slot {
             last_status: state.last_status,
             dispatched: state.dispatched,
             responses: state.responses,
-            paused_until: state.signals.paused_until.filter(|p| *p > now),
+            paused_until: state.signals.paused_until().filter(|p| *p > now),
             delay_floor: state.signals.floor,
             overloads: state.signals.overloads,
         }
@@ -497,7 +497,7 @@ impl SlotState {
         let state = self;
         let busy = state.in_flight > 0 || !state.waiters.is_empty();
         let pinned = !state.signals.floor.is_zero();
-        let paused = state.signals.paused_until.is_some_and(|p| p > now);
+        let paused = state.signals.paused_until().is_some_and(|p| p > now);
         let (delay, _) = state.signals.effective(&state.throttle, now);
         let spacing = state
             .last_dispatch
