@@ -12,40 +12,18 @@
 //! callgrind counts instructions, so its totals repeat exactly from run to
 //! run whatever else the machine does (divide by the request count).
 
+mod common;
+
 use std::convert::Infallible;
 use std::future::ready;
 use std::time::Instant;
 
 use bytes::Bytes;
+use common::Fixed;
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
 use tower::{Layer, Service, ServiceExt};
-use tower_autothrottle::policy::{MakePolicy, Policy, Sample, Throttle};
-use tower_autothrottle::{AutoThrottleLayer, Config, ConfigError, SlotKey};
-
-#[derive(Debug, Clone, Copy)]
-struct Fixed;
-
-impl Policy for Fixed {
-    fn throttle(&self) -> Throttle {
-        Throttle::new(0.0, 1 << 20)
-    }
-    fn on_sample(&mut self, _: &Sample) -> Throttle {
-        self.throttle()
-    }
-}
-
-impl MakePolicy for Fixed {
-    fn name(&self) -> &'static str {
-        "fixed"
-    }
-    fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
-    }
-    fn make_policy(&self, _: &SlotKey) -> Box<dyn Policy> {
-        Box::new(Fixed)
-    }
-}
+use tower_autothrottle::{AutoThrottleLayer, Config};
 
 fn main() {
     // `cargo bench` passes `--bench`; a number is the request count.
@@ -57,7 +35,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let layer = AutoThrottleLayer::new(Config::builder().policy(Fixed).build().unwrap());
+    let layer = AutoThrottleLayer::new(Config::builder().policy(Fixed::unbound()).build().unwrap());
     let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| {
         ready(Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())))
     }));

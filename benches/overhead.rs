@@ -16,42 +16,19 @@
 //! - `contended`: 8 tasks on a 2-worker runtime, all on one host; the time
 //!   is per request, over all tasks.
 
+mod common;
+
 use std::convert::Infallible;
 use std::future::{ready, Ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::Fixed;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
 use tower::{Layer, Service, ServiceExt};
-use tower_autothrottle::policy::{MakePolicy, Policy, Sample, Throttle};
-use tower_autothrottle::{AutoThrottleLayer, Config, ConfigError, SlotKey};
-
-/// No delay, a limit that never binds.
-#[derive(Debug, Clone, Copy)]
-struct Fixed;
-
-impl Policy for Fixed {
-    fn throttle(&self) -> Throttle {
-        Throttle::new(0.0, 1 << 20)
-    }
-    fn on_sample(&mut self, _: &Sample) -> Throttle {
-        self.throttle()
-    }
-}
-
-impl MakePolicy for Fixed {
-    fn name(&self) -> &'static str {
-        "fixed"
-    }
-    fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
-    }
-    fn make_policy(&self, _: &SlotKey) -> Box<dyn Policy> {
-        Box::new(Fixed)
-    }
-}
+use tower_autothrottle::{AutoThrottleLayer, Config};
 
 type Req = Request<()>;
 type Res = Response<Empty<Bytes>>;
@@ -92,7 +69,7 @@ where
 macro_rules! variants {
     ($f:ident) => {{
         let throttle_fixed =
-            AutoThrottleLayer::new(Config::builder().policy(Fixed).build().unwrap());
+            AutoThrottleLayer::new(Config::builder().policy(Fixed::unbound()).build().unwrap());
         let throttle_default = AutoThrottleLayer::new(Config::default());
         $f!("bare", inner());
         $f!(
