@@ -57,6 +57,8 @@ pub struct Config {
     pub(crate) max_slots: usize,
     /// Per-slot settings, checked and resolved.
     pub(crate) overrides: Overrides,
+    /// Shares the slots with a fleet (feature `redis`).
+    pub(crate) coordinator: Option<Arc<dyn crate::fleet::Coordinator>>,
 }
 
 impl Default for Config {
@@ -77,6 +79,7 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(300),
             max_slots: 100_000,
             overrides: Overrides::default(),
+            coordinator: None,
         }
     }
 }
@@ -101,6 +104,7 @@ impl fmt::Debug for Config {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_slots", &self.max_slots)
             .field("slot_settings", &self.overrides)
+            .field("fleet", &self.coordinator)
             .finish()
     }
 }
@@ -110,6 +114,7 @@ impl Config {
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
             config: Config::default(),
+            error: None,
             slots: Vec::new(),
         }
     }
@@ -153,7 +158,10 @@ impl Config {
 /// ```
 #[derive(Debug)]
 pub struct ConfigBuilder {
-    config: Config,
+    pub(crate) config: Config,
+    /// An error found by a setter that checks at once (an integration's),
+    /// reported by `build`.
+    pub(crate) error: Option<ConfigError>,
     slots: Vec<(String, SlotSettings)>,
 }
 
@@ -298,6 +306,9 @@ impl ConfigBuilder {
 
     /// Checks the configuration.
     pub fn build(mut self) -> Result<Config, ConfigError> {
+        if let Some(error) = self.error.take() {
+            return Err(error);
+        }
         for (pattern, settings) in std::mem::take(&mut self.slots) {
             if pattern.is_empty() {
                 return Err(ConfigError::new("slot", "a slot pattern must not be empty"));

@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use crate::body::ThrottleBody;
 use crate::classify::classify_error;
+use crate::fleet::{Lease, Local};
 use crate::gate::{Permit, Waiting};
 use crate::headers;
 use crate::key::SlotKey;
@@ -73,6 +74,11 @@ pin_project! {
         Waiting {
             waiting: Waiting,
             pending: Option<OwnedSemaphorePermit>,
+        },
+        // Admitted by the slot, waiting for the fleet's reservation.
+        Reserving {
+            reserving: BoxFuture<Option<Lease>>,
+            permit: Option<Permit>,
         },
         Ready {
             permit: Option<Permit>,
@@ -137,17 +143,31 @@ where
                 StateProj::Waiting { waiting, pending } => {
                     let permit = ready!(waiting.poll_admit(cx, pending));
                     tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
+                    match this.shared.reserve(&permit) {
+                        Some(reserving) => this.state.set(State::Reserving {
+                            reserving,
+                            permit: Some(permit),
+                        }),
+                        None => this.state.set(State::Ready {
+                            permit: Some(permit),
+                        }),
+                    }
+                }
+                StateProj::Reserving { reserving, permit } => {
+                    let lease = ready!(reserving.as_mut().poll(cx));
+                    let mut permit = permit.take().expect("the permit is taken only here");
+                    permit.lease = lease;
                     this.state.set(State::Ready {
                         permit: Some(permit),
                     });
                 }
                 StateProj::Ready { permit } => {
                     if let Err(error) = ready!(this.service.poll_ready(cx)) {
-                        let permit = permit.take().expect("the permit is taken only here");
+                        let mut permit = permit.take().expect("the permit is taken only here");
                         this.state.set(State::Done);
                         return Poll::Ready(Err(failed(
                             this.shared,
-                            &permit,
+                            &mut permit,
                             Instant::now(),
                             Duration::ZERO,
                             error,
@@ -172,7 +192,7 @@ where
                     let result = ready!(future.poll(cx));
                     let now = Instant::now();
                     let latency = now.saturating_duration_since(*started);
-                    let permit = permit.take().expect("the permit is taken only here");
+                    let mut permit = permit.take().expect("the permit is taken only here");
                     this.state.set(State::Done);
                     let response = match result {
                         Ok(response) => response,
@@ -180,7 +200,7 @@ where
                         Err(error) => {
                             return Poll::Ready(Err(failed(
                                 this.shared,
-                                &permit,
+                                &mut permit,
                                 now,
                                 latency,
                                 error,
@@ -191,7 +211,7 @@ where
                     let (parts, body) = response.into_parts();
                     adjust(
                         this.shared,
-                        &permit,
+                        &mut permit,
                         now,
                         latency,
                         parts.status,
@@ -211,7 +231,7 @@ where
 /// Reports an inner error to its slot and boxes it.
 fn failed<E: Into<BoxError>>(
     shared: &Shared,
-    permit: &Permit,
+    permit: &mut Permit,
     now: Instant,
     latency: Duration,
     error: E,
@@ -228,7 +248,7 @@ fn failed<E: Into<BoxError>>(
 
 /// Reports a failed request, classified as `outcome`, to its slot.
 pub(crate) fn report_error(
-    permit: &Permit,
+    permit: &mut Permit,
     now: Instant,
     latency: Duration,
     error: &(dyn std::error::Error + 'static),
@@ -243,6 +263,7 @@ pub(crate) fn report_error(
         seq: permit.seq(),
         hints: Hints::default(),
         adjust,
+        fleet_in_flight: permit.lease.as_ref().map(Lease::in_flight),
     };
     let adjustment = slot.on_end(now, ended);
     tracing::debug!(
@@ -253,6 +274,12 @@ pub(crate) fn report_error(
         concurrency = adjustment.limit,
         "request failed",
     );
+    if let Some(lease) = permit.lease.as_mut() {
+        lease.learned(Local {
+            delay: adjustment.delay,
+            limit: adjustment.limit,
+        });
+    }
 }
 
 /// Reads the server's hints from a response, warning about malformed ones.
@@ -304,7 +331,7 @@ fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -
 #[allow(clippy::too_many_arguments)] // internal; shared by the future and the reqwest middleware
 pub(crate) fn adjust(
     shared: &Shared,
-    permit: &Permit,
+    permit: &mut Permit,
     now: Instant,
     latency: Duration,
     status: StatusCode,
@@ -313,13 +340,15 @@ pub(crate) fn adjust(
     adjust: bool,
 ) {
     let slot = permit.slot();
+    let hints = hints(shared, slot.key.as_str(), status, headers);
     let ended = Ended {
         latency,
         status: Some(status),
         outcome: Outcome::of_status(status),
         seq: permit.seq(),
-        hints: hints(shared, slot.key.as_str(), status, headers),
+        hints,
         adjust,
+        fleet_in_flight: permit.lease.as_ref().map(Lease::in_flight),
     };
     let adjustment = slot.on_end(now, ended);
     macro_rules! event {
@@ -348,6 +377,22 @@ pub(crate) fn adjust(
     } else {
         event!(tracing::Level::DEBUG);
     }
+    if let Some(coordinator) = &shared.config.coordinator {
+        let pause = hints.retry_after.or(match hints.rate_limit {
+            Some(headers::RateLimit::Exhausted { reset }) => Some(reset),
+            _ => None,
+        });
+        if let Some(wait) = pause {
+            coordinator.pause(permit.slot().key.clone(), wait);
+        }
+        let local = Local {
+            delay: adjustment.delay,
+            limit: adjustment.limit,
+        };
+        if let Some(lease) = permit.lease.as_mut() {
+            lease.learned(local);
+        }
+    }
 }
 
 impl<S, Req> fmt::Debug for ResponseFuture<S, Req>
@@ -358,6 +403,7 @@ where
         let state = match &self.state {
             State::Resolving { .. } => "Resolving".to_owned(),
             State::Waiting { waiting, .. } => format!("Waiting({waiting:?})"),
+            State::Reserving { .. } => "Reserving".to_owned(),
             State::Ready { .. } => "Ready".to_owned(),
             State::Calling { .. } => "Calling".to_owned(),
             State::Done => "Done".to_owned(),

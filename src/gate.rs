@@ -51,6 +51,9 @@ pub(crate) struct Permit {
     /// The request's dispatch number in its slot (1 for the first).
     seq: u64,
     _pending: Option<OwnedSemaphorePermit>,
+    /// The fleet-wide place, when a fleet shares the slot; given back
+    /// before the local one.
+    pub(crate) lease: Option<crate::fleet::Lease>,
 }
 
 enum Decision {
@@ -125,6 +128,7 @@ impl Waiting {
                 slot: Arc::clone(&self.slot),
                 seq,
                 _pending: pending.take(),
+                lease: None,
             });
         }
         let Some(ticket) = self.ticket else {
@@ -154,6 +158,7 @@ impl Waiting {
                             slot: Arc::clone(&self.slot),
                             seq,
                             _pending: pending.take(),
+                            lease: None,
                         });
                     }
                     Decision::Wait | Decision::WaitUntil(_) => {
@@ -231,7 +236,11 @@ pub(crate) async fn admit(
         crate::future::Start::Queued(waiting) => waiting,
         crate::future::Start::Resolving(key) => shared.enqueue(key.await),
     };
-    std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await
+    let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
+    if let Some(reserving) = shared.reserve(&permit) {
+        permit.lease = reserving.await;
+    }
+    permit
 }
 
 /// The latest instant worth waiting for.
@@ -278,6 +287,7 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
+        drop(self.lease.take());
         self.slot.release();
     }
 }

@@ -9,13 +9,16 @@ use http::request::Parts;
 use http::uri::{Authority, Scheme, Uri};
 use http::Extensions;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tower_layer::Layer;
 
 use crate::config::{Config, ConfigError};
 use crate::control::SlotSettings;
+use crate::fleet::{Lease, Local};
 use crate::future::Start;
-use crate::gate::Waiting;
+use crate::gate::{Permit, Waiting};
 use crate::key::{key_for, key_in, DownloadSlot, KeyChoice, KeyStrategy, SlotKey};
+use crate::resolve::BoxFuture;
 use crate::resolve::DnsCache;
 use crate::service::AutoThrottle;
 use crate::slot::{Slot, SlotSnapshot, SlotTable};
@@ -81,6 +84,15 @@ impl Shared {
             _ => None,
         };
         start
+    }
+
+    /// The fleet-wide reservation a request admitted by its slot must wait
+    /// for, when a fleet shares the slots.
+    pub(crate) fn reserve(&self, permit: &Permit) -> Option<BoxFuture<Option<Lease>>> {
+        let coordinator = self.config.coordinator.as_ref()?;
+        let slot = permit.slot();
+        let (delay, limit) = slot.effective(Instant::now());
+        Some(coordinator.reserve(slot.key.clone(), Local { delay, limit }))
     }
 
     /// Whether a request with these extensions may use a remembered slot:

@@ -76,6 +76,8 @@
 //!   `metrics` facade.
 //! - `file` (feature `serde`): [`Config`] from TOML, JSON or any serde
 //!   format, with typed errors.
+//! - `redis` (feature `redis`): one budget per slot across a fleet of
+//!   processes, shared through Redis.
 //!
 //! The README shows where the layer goes among tower's and tower-http's
 //! middleware (`Timeout`, `Retry`, `Buffer`, `ConcurrencyLimit`, `Trace`,
@@ -97,6 +99,7 @@ pub mod control;
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod file;
+mod fleet;
 pub mod future;
 mod gate;
 pub mod headers;
@@ -106,6 +109,9 @@ mod layer;
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
 pub mod policy;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
@@ -129,6 +135,12 @@ pub use slot::SlotSnapshot;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 // The README's examples use every feature: `cargo test --all-features`.
-#[cfg(all(doctest, feature = "reqwest", feature = "metrics", feature = "serde"))]
+#[cfg(all(
+    doctest,
+    feature = "reqwest",
+    feature = "metrics",
+    feature = "serde",
+    feature = "redis"
+))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -131,7 +131,7 @@ impl Middleware for AutoThrottleMiddleware {
                 None => None,
             };
             let start = shared.start(&head(&req, extensions), None);
-            let permit = admit(shared, start, pending).await;
+            let mut permit = admit(shared, start, pending).await;
             tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
             let started = Instant::now();
             let result = next.run(req, extensions).await;
@@ -147,13 +147,13 @@ impl Middleware for AutoThrottleMiddleware {
                         }
                         (None, _) => classify_error(&error),
                     };
-                    report_error(&permit, now, latency, &error, outcome, adjust_slot);
+                    report_error(&mut permit, now, latency, &error, outcome, adjust_slot);
                     return Err(error);
                 }
             };
             adjust(
                 shared,
-                &permit,
+                &mut permit,
                 now,
                 latency,
                 response.status(),

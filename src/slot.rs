@@ -305,6 +305,9 @@ pub(crate) struct Ended {
     pub(crate) hints: Hints,
     /// Whether the request adjusts its slot (see [`DontAdjust`](crate::DontAdjust)).
     pub(crate) adjust: bool,
+    /// Requests in flight fleet-wide when this one went, when a fleet shares
+    /// the slot: what the policy is told instead of the local count.
+    pub(crate) fleet_in_flight: Option<usize>,
 }
 
 impl Slot {
@@ -386,7 +389,7 @@ impl Slot {
                 None => Sample::error(ended.latency.as_secs_f64(), ended.outcome),
             }
             .with_outcome(reaction.outcome)
-            .with_in_flight(state.in_flight);
+            .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight));
             if ended.adjust {
                 state.throttle = state.policy.on_sample(&sample);
             }
@@ -411,6 +414,12 @@ impl Slot {
             waker.wake();
         }
         adjustment
+    }
+
+    /// The delay and limit in force at `now`.
+    pub(crate) fn effective(&self, now: Instant) -> (Duration, usize) {
+        let state = self.lock();
+        state.signals.effective(&state.throttle, now)
     }
 
     /// Replaces the slot's policy; its answer binds the next dispatch.

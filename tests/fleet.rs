@@ -1,0 +1,332 @@
+//! A fleet sharing slots through a real Redis (feature `redis`): four layer
+//! instances, each with its own connection, against hyper servers on
+//! 127.0.0.1. The tests use the Redis at `REDIS_URL` (`.ci/run` installs
+//! `redis-server` and starts one on a free port), or else start their own
+//! `redis-server` on a free port; the one that stops Redis mid-run always
+//! starts its own. Every test uses a fleet name of its own.
+//!
+//! These run on the real clock, since the schedule is Redis's. Bounds are
+//! one-sided: a check that something waited at least so long cannot fail on
+//! a slow machine. The schedule is exact in Redis's clock; the server sees
+//! it through the network, so spacing at the server is checked with a
+//! slack of 10 ms.
+
+mod common;
+#[path = "support/site.rs"]
+mod site;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::Scripted;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::time::Instant;
+use tower::{ServiceBuilder, ServiceExt};
+use tower_autothrottle::redis::Fleet;
+use tower_autothrottle::{AutoThrottleLayer, Config};
+
+const SLACK: Duration = Duration::from_millis(10);
+
+/// A `redis-server`: the one `.ci/run` started (`REDIS_URL`), or one of
+/// the test's own, stopped when dropped.
+struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    url: Option<String>,
+}
+
+impl RedisServer {
+    /// The shared server if there is one, else a new one.
+    async fn any() -> Self {
+        match std::env::var("REDIS_URL") {
+            Ok(url) => RedisServer {
+                child: None,
+                port: 0,
+                url: Some(url),
+            },
+            Err(_) => RedisServer::start(None).await,
+        }
+    }
+
+    async fn start(port: Option<u16>) -> Self {
+        let port = port.unwrap_or_else(|| {
+            TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        });
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start {bin} ({e}): these tests need redis-server (apt-get install redis-server; .ci/run installs it)")
+            });
+        let server = RedisServer {
+            child: Some(child),
+            port,
+            url: None,
+        };
+        // Wait until it answers (a readiness wait, not a timing check).
+        let client = redis::Client::open(server.url()).unwrap();
+        for _ in 0..500 {
+            if let Ok(mut conn) = client.get_multiplexed_async_connection().await {
+                if redis::cmd("PING")
+                    .query_async::<String>(&mut conn)
+                    .await
+                    .is_ok()
+                {
+                    return server;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("redis-server on port {port} did not come up");
+    }
+
+    fn url(&self) -> String {
+        match &self.url {
+            Some(url) => url.clone(),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> T {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        cmd.query_async(&mut conn).await.unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A fleet name no other test uses.
+fn fleet_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "test-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn worker(fleet: Fleet, delay: Duration, limit: usize) -> AutoThrottleLayer {
+    let config = Config::builder()
+        .policy(Scripted::new(delay, limit))
+        .fleet(fleet)
+        .build()
+        .unwrap();
+    AutoThrottleLayer::new(config)
+}
+
+type Svc = tower_autothrottle::AutoThrottle<
+    hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        Empty<Bytes>,
+    >,
+>;
+
+fn client(layer: &AutoThrottleLayer) -> Svc {
+    ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>())
+}
+
+async fn get(svc: &Svc, url: &str) -> StatusCode {
+    let request = Request::get(url).body(Empty::new()).unwrap();
+    let response = svc.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    response.into_body().collect().await.unwrap();
+    status
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_workers_hold_one_spacing_and_one_limit() {
+    let redis = RedisServer::any().await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let delay = Duration::from_millis(40);
+    let workers: Vec<Svc> = (0..4)
+        .map(|_| client(&worker(Fleet::new(redis.url(), &name), delay, 2)))
+        .collect();
+    let mut tasks = Vec::new();
+    for w in &workers {
+        for _ in 0..8 {
+            let (svc, url) = (w.clone(), host.url("/ok?ms=60"));
+            tasks.push(tokio::spawn(async move { get(&svc, &url).await }));
+        }
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    let arrivals = host.stats.arrivals();
+    assert_eq!(arrivals.len(), 32);
+    assert!(
+        host.stats.max_active() <= 2,
+        "in flight fleet-wide: {}",
+        host.stats.max_active()
+    );
+    let gap = host.stats.min_gap().unwrap();
+    assert!(gap + SLACK >= delay, "smallest gap {gap:?}");
+    // 32 starts at least 40 ms apart in Redis's clock.
+    let span = arrivals[31].0 - arrivals[0].0;
+    assert!(span + SLACK >= delay * 31, "all 32 in {span:?}");
+    // Without the fleet, each worker would have sent 2 at once.
+    let key = format!("autothrottle:{{{name}:{}}}", host.base());
+    let next: Option<String> = redis.query(redis::cmd("HGET").arg(&key).arg("next")).await;
+    assert!(next.is_some(), "the schedule is in Redis under {key}");
+    let ttl: i64 = redis.query(redis::cmd("PTTL").arg(&key)).await;
+    assert!(ttl > 0, "the slot expires when idle: {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_workers_place_comes_back_after_its_lease() {
+    let redis = RedisServer::any().await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let lease = Duration::from_secs(1);
+    let fleet = || Fleet::new(redis.url(), &name).lease(lease);
+    // Worker A takes the only place and dies holding it: its response body
+    // is never dropped, its connections and throttle are gone.
+    {
+        let a = client(&worker(fleet(), Duration::ZERO, 1));
+        let request = Request::get(host.url("/ok")).body(Empty::new()).unwrap();
+        let response = a.oneshot(request).await.unwrap();
+        std::mem::forget(response);
+    }
+    let b = client(&worker(fleet(), Duration::ZERO, 1));
+    let started = Instant::now();
+    let status = tokio::time::timeout(Duration::from_secs(10), get(&b, &host.url("/ok")))
+        .await
+        .expect("the place came back");
+    assert_eq!(status, StatusCode::OK);
+    let arrivals = host.stats.arrivals();
+    assert_eq!(arrivals.len(), 2);
+    let waited = arrivals[1].0 - arrivals[0].0;
+    assert!(
+        waited + SLACK >= lease,
+        "B went after {waited:?}, before the lease ran out"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_on_one_worker_pauses_the_others() {
+    let redis = RedisServer::any().await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let a = client(&worker(Fleet::new(redis.url(), &name), Duration::ZERO, 4));
+    let b = client(&worker(Fleet::new(redis.url(), &name), Duration::ZERO, 4));
+    assert_eq!(
+        get(&a, &host.url("/status/429?retry-after=2")).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // The pause is shared off the request's path: wait until Redis has it.
+    let key = format!("autothrottle:{{{name}:{}}}", host.base());
+    for _ in 0..500 {
+        let pause: Option<String> = redis.query(redis::cmd("HGET").arg(&key).arg("pause")).await;
+        if pause.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(get(&b, &host.url("/ok")).await, StatusCode::OK);
+    let arrivals = host.stats.arrivals();
+    let waited = arrivals[1].0 - arrivals[0].0;
+    assert!(waited >= Duration::from_secs(2), "B went after {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_go_on_alone_while_redis_is_down_and_share_again_after() {
+    let mut redis = RedisServer::start(None).await;
+    let port = redis.port;
+    let host = site::host().await;
+    let name = fleet_name();
+    let fleet = || {
+        Fleet::new(redis.url(), &name)
+            .timeout(Duration::from_millis(200))
+            .retry_interval(Duration::from_millis(200))
+    };
+    let workers = [
+        client(&worker(fleet(), Duration::from_millis(5), 2)),
+        client(&worker(fleet(), Duration::from_millis(5), 2)),
+    ];
+    let closed = client(&worker(fleet().fail_closed(true), Duration::ZERO, 2));
+    for w in &workers {
+        assert_eq!(get(w, &host.url("/ok")).await, StatusCode::OK);
+    }
+    let key = format!("autothrottle:{{{name}:{}}}", host.base());
+    redis.stop();
+    // Down: the workers keep going on their own throttles...
+    for _ in 0..5 {
+        for w in &workers {
+            assert_eq!(get(w, &host.url("/ok")).await, StatusCode::OK);
+        }
+    }
+    // ...and a fail-closed worker waits.
+    let waiting =
+        tokio::time::timeout(Duration::from_millis(600), get(&closed, &host.url("/ok"))).await;
+    assert!(
+        waiting.is_err(),
+        "a fail-closed worker went ahead without Redis"
+    );
+    // Back (an empty Redis on the same port): sharing resumes.
+    let redis = RedisServer::start(Some(port)).await;
+    let mut shared = false;
+    for _ in 0..100 {
+        for w in &workers {
+            assert_eq!(get(w, &host.url("/ok")).await, StatusCode::OK);
+        }
+        let exists: i64 = redis.query(redis::cmd("EXISTS").arg(&key)).await;
+        if exists == 1 {
+            shared = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(shared, "the workers write the slot to Redis again");
+    let status = tokio::time::timeout(Duration::from_secs(10), get(&closed, &host.url("/ok")))
+        .await
+        .expect("the fail-closed worker goes once Redis is back");
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[test]
+fn bad_fleet_settings_are_typed_errors() {
+    let err = Config::builder()
+        .fleet(Fleet::new("not a url", "f"))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "redis_url");
+    let err = Config::builder()
+        .fleet(Fleet::new("redis://127.0.0.1/", ""))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "fleet");
+    let err = Config::builder()
+        .fleet(Fleet::new("redis://127.0.0.1/", "f").lease(Duration::ZERO))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.field(), "lease");
+}
