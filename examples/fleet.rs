@@ -100,7 +100,7 @@ async fn crawl(sites: &[String], pages: usize, fleet: Option<Fleet>) -> Result<(
     }
     let throttle = AutoThrottleLayer::new(config.build()?);
     let client = ServiceBuilder::new()
-        .layer(throttle)
+        .layer(throttle.clone())
         .service(Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>());
     let mut tasks = Vec::new();
     for page in 0..pages {
@@ -116,6 +116,8 @@ async fn crawl(sites: &[String], pages: usize, fleet: Option<Fleet>) -> Result<(
     for task in tasks {
         task.await??;
     }
+    // Give the last places back before the process ends.
+    throttle.flush().await;
     Ok(())
 }
 
@@ -184,6 +186,13 @@ fn workers(n: usize, a: &Args, sites: &str, redis: Option<&str>) -> Result<(), S
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "tower_autothrottle=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let a = match args() {
         Ok(a) => a,
         Err(e) => {

@@ -76,4 +76,8 @@ pub(crate) trait Coordinator: fmt::Debug + Send + Sync + 'static {
 
     /// A server asked the slot to pause for `wait` (`Retry-After`).
     fn pause(&self, key: SlotKey, wait: Duration);
+
+    /// Waits until what was sent off the requests' path (places given
+    /// back, pauses) has been handled.
+    fn flush(&self) -> BoxFuture<()>;
 }

@@ -264,6 +264,16 @@ impl AutoThrottleLayer {
         Ok(())
     }
 
+    /// Waits until every place given back and every pause has reached the
+    /// fleet's store (feature `redis`); returns at once without a fleet.
+    /// Call it before a worker process exits, or its last places stay
+    /// taken until their leases run out.
+    pub async fn flush(&self) {
+        if let Some(coordinator) = &self.shared.config.coordinator {
+            coordinator.flush().await;
+        }
+    }
+
     /// Removes the settings of `pattern` (as it was given); the slots it
     /// covered start afresh with whatever applies to them now. Returns
     /// whether there were any.

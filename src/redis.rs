@@ -12,10 +12,15 @@
 //!   expires after [`Fleet::lease`] unless given back, so the limit holds
 //!   fleet-wide and a crashed worker's places come back on their own;
 //! - **what was learned**: the delay and limit each worker's policy arrives
-//!   at are written back when a place is given back (the latest wins), and
-//!   every reservation uses them, so a worker that joins obeys what the
-//!   fleet has learned from its first request; a `Retry-After` (or an
+//!   at are written back, under the worker's name, when a place is given
+//!   back; every reservation applies the most careful of the workers' fresh
+//!   words (the longest delay, the lowest limit; a word older than the
+//!   lease is dropped), so a worker that joins obeys what the fleet has
+//!   learned from its first request, and one worker misled by a loaded
+//!   host (its latency-based policy may take a queue for the host's base
+//!   latency) cannot open the slot wider for all; a `Retry-After` (or an
 //!   exhausted `RateLimit` quota) seen by one worker pauses the slot for all.
+//!   A policy's samples count the requests in flight fleet-wide.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -38,6 +43,13 @@
 //! request's path, which also carries what the slot learned; a pause is one
 //! call when a server asks for it.
 //!
+//! # Ending a worker
+//!
+//! Places are given back off the requests' path: call
+//! [`AutoThrottleLayer::flush`](crate::AutoThrottleLayer::flush) before a
+//! worker process exits, or its last places stay taken until their leases
+//! run out (which is also what happens when a worker crashes).
+//!
 //! # Faults
 //!
 //! A Redis call that fails or takes longer than [`Fleet::timeout`] makes the
@@ -55,7 +67,7 @@
 //!
 //! | key | type | fields |
 //! |---|---|---|
-//! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `pause`: no dispatch before this, µs; `delay` (µs) and `limit`: what the fleet learned last |
+//! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `pause`: no dispatch before this, µs; `w:WORKER`: `delay_us:limit:at_us`, what that worker learned last |
 //! | `autothrottle:{F:K}:leases` | sorted set | one member per place in use, scored by its expiry (µs) |
 //!
 //! Both keys share a hash tag, so they live on one node of a Redis Cluster.
@@ -72,8 +84,10 @@
 //! - A request that runs longer than its lease stops counting against the
 //!   limit when the lease expires; choose the lease above your longest
 //!   request (default 60 s).
-//! - The learned delay and limit are the last worker's word, not a merge;
-//!   each worker's policy still learns from its own responses.
+//! - The fleet's delay and limit are the most careful of the workers'
+//!   words, not a merged policy: each worker's policy learns from its own
+//!   responses (with the fleet's in-flight count), and a slow learner holds
+//!   the fleet back until it catches up.
 //! - While a worker throttles on its own (Redis unreachable), the fleet's
 //!   budget is not shared with it: the fleet can then exceed the delay and
 //!   limit, by at most that worker's own share. `fail_closed` prevents it.
@@ -81,13 +95,14 @@
 //!   its place until its lease expires.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
-use tokio::sync::OnceCell;
+use tokio::sync::{Notify, OnceCell};
 use tokio::time::Instant;
 
 use crate::config::{ConfigBuilder, ConfigError};
@@ -200,14 +215,35 @@ impl ConfigBuilder {
 
 /// Reserves a dispatch: `{1, in_flight}` when granted, `{0, wait_us}` when the
 /// schedule or a pause holds it back, `{0, -1}` when the limit is reached.
+/// The fleet's delay and limit are the most careful of the workers' fresh
+/// words (the longest delay, the lowest limit); stale words are dropped.
 const RESERVE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
-local f = redis.call('HMGET', KEYS[1], 'next', 'pause', 'delay', 'limit')
-local delay = tonumber(f[3]) or tonumber(ARGV[1])
-local limit = tonumber(f[4]) or tonumber(ARGV[2])
-local ready = math.max(tonumber(f[1]) or 0, tonumber(f[2]) or 0)
+local h = redis.call('HGETALL', KEYS[1])
+local next, pause, delay, limit = 0, 0, nil, nil
+local fresh = now - tonumber(ARGV[6])
+for i = 1, #h, 2 do
+  local k, v = h[i], h[i + 1]
+  if k == 'next' then
+    next = tonumber(v)
+  elseif k == 'pause' then
+    pause = tonumber(v)
+  elseif string.sub(k, 1, 2) == 'w:' then
+    local d, l, at = string.match(v, '^([^:]+):([^:]+):([^:]+)$')
+    if at and tonumber(at) >= fresh then
+      d, l = tonumber(d), tonumber(l)
+      if delay == nil or d > delay then delay = d end
+      if limit == nil or l < limit then limit = l end
+    else
+      redis.call('HDEL', KEYS[1], k)
+    end
+  end
+end
+delay = delay or tonumber(ARGV[1])
+limit = limit or tonumber(ARGV[2])
+local ready = math.max(next, pause)
 if ready > now then
   return {0, string.format('%.0f', math.ceil(ready - now))}
 end
@@ -221,11 +257,15 @@ redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return {1, tostring(redis.call('ZCARD', KEYS[2]))}
 ";
 
-/// Gives a place back, with what the slot learned (if anything).
+/// Gives a place back, with what the slot learned (if anything), under the
+/// worker's own field.
 const RELEASE: &str = r"
 redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[2] ~= '' then
-  redis.call('HSET', KEYS[1], 'delay', ARGV[2], 'limit', ARGV[3])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  redis.call('HSET', KEYS[1], 'w:' .. ARGV[5],
+    ARGV[2] .. ':' .. ARGV[3] .. ':' .. string.format('%.0f', now))
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
 return 1
@@ -259,6 +299,9 @@ struct Inner {
     reserve: Script,
     release: Script,
     pause: Script,
+    /// Calls sent off the requests' path and not yet answered.
+    pending: AtomicUsize,
+    settled: Notify,
 }
 
 enum Reply {
@@ -283,6 +326,8 @@ impl Inner {
             reserve: Script::new(RESERVE),
             release: Script::new(RELEASE),
             pause: Script::new(PAUSE),
+            pending: AtomicUsize::new(0),
+            settled: Notify::new(),
         }
     }
 
@@ -352,6 +397,7 @@ impl Inner {
                 .arg(micros(self.fleet.lease))
                 .arg(lease)
                 .arg(self.ttl_ms())
+                .arg(micros(self.fleet.lease))
                 .invoke_async(&mut conn)
                 .await?;
             Ok::<_, redis::RedisError>(reply)
@@ -368,13 +414,13 @@ impl Inner {
     }
 
     async fn reserve(self: Arc<Self>, key: SlotKey, local: Local) -> Option<Lease> {
-        let id = format!(
-            "{}-{}",
-            self.worker,
-            self.next_lease.fetch_add(1, Ordering::Relaxed)
-        );
         let mut full_backoff = Duration::from_millis(5);
         loop {
+            let id = format!(
+                "{}-{}",
+                self.worker,
+                self.next_lease.fetch_add(1, Ordering::Relaxed)
+            );
             if let Some(until) = self.down_until() {
                 if !self.fleet.fail_closed {
                     return None;
@@ -401,6 +447,11 @@ impl Inner {
                 }
                 Err(error) => {
                     self.failed(&error);
+                    // The script may still have run (a late answer): give
+                    // the place back, or it would hold the fleet's limit
+                    // until its lease ran out. Calls on one connection run
+                    // in order, so this comes after the reservation.
+                    Arc::clone(&self).give_back(key.clone(), id, None);
                     if !self.fleet.fail_closed {
                         return None;
                     }
@@ -411,10 +462,8 @@ impl Inner {
 
     /// Gives a place back, off the request's path.
     fn give_back(self: Arc<Self>, key: SlotKey, id: String, learned: Option<Local>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return; // No runtime to call from: the lease expires.
-        };
-        runtime.spawn(async move {
+        let inner = Arc::clone(&self);
+        inner.background(async move {
             let (hash, leases) = self.keys(&key);
             let (delay, limit) = match learned {
                 Some(l) => (micros(l.delay).to_string(), l.limit.max(1).to_string()),
@@ -429,6 +478,7 @@ impl Inner {
                     .arg(delay)
                     .arg(limit)
                     .arg(self.ttl_ms())
+                    .arg(&self.worker)
                     .invoke_async::<i64>(&mut conn)
                     .await
             };
@@ -438,6 +488,34 @@ impl Inner {
                 Err(_) => self.failed(&"no answer when giving a place back"),
             }
         });
+    }
+}
+
+impl Inner {
+    /// Runs `call` off the requests' path, counted until it ends (see
+    /// [`flush`](Self::flush)). Without a runtime (the process is ending)
+    /// it is dropped, and a place it would have given back expires.
+    fn background(self: Arc<Self>, call: impl Future<Output = ()> + Send + 'static) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        runtime.spawn(async move {
+            call.await;
+            if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.settled.notify_waiters();
+            }
+        });
+    }
+
+    async fn flush(&self) {
+        loop {
+            let settled = self.settled.notified();
+            if self.pending.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            settled.await;
+        }
     }
 }
 
@@ -453,11 +531,8 @@ impl Coordinator for RedisFleet {
     }
 
     fn pause(&self, key: SlotKey, wait: Duration) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let inner = Arc::clone(&self.0);
-        runtime.spawn(async move {
+        Arc::clone(&self.0).background(async move {
             let (hash, _) = inner.keys(&key);
             let call = async {
                 let mut conn = inner.connection().await?;
@@ -475,6 +550,17 @@ impl Coordinator for RedisFleet {
                 Err(_) => inner.failed(&"no answer when sharing a pause"),
             }
         });
+    }
+
+    fn flush(&self) -> BoxFuture<()> {
+        self.flush_inner()
+    }
+}
+
+impl RedisFleet {
+    fn flush_inner(&self) -> BoxFuture<()> {
+        let inner = Arc::clone(&self.0);
+        Box::pin(async move { inner.flush().await })
     }
 }
 

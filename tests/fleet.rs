@@ -330,3 +330,29 @@ fn bad_fleet_settings_are_typed_errors() {
         .unwrap_err();
     assert_eq!(err.field(), "lease");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_joins_obeys_what_the_fleet_learned() {
+    let redis = RedisServer::any().await;
+    let host = site::host().await;
+    let name = fleet_name();
+    // A has learned that the host wants 300 ms and one request at a time.
+    let delay = Duration::from_millis(300);
+    let a = worker(Fleet::new(redis.url(), &name), delay, 1);
+    assert_eq!(get(&client(&a), &host.url("/ok")).await, StatusCode::OK);
+    a.flush().await;
+    // B's own policy would send 8 at once without a delay.
+    let b = client(&worker(Fleet::new(redis.url(), &name), Duration::ZERO, 8));
+    let tasks: Vec<_> = (0..3)
+        .map(|_| {
+            let (b, url) = (b.clone(), host.url("/ok?ms=20"));
+            tokio::spawn(async move { get(&b, &url).await })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(host.stats.max_active(), 1, "one at a time, as A learned");
+    let gap = host.stats.min_gap().unwrap();
+    assert!(gap + SLACK >= delay, "smallest gap {gap:?}");
+}
