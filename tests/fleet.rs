@@ -9,7 +9,8 @@
 //! one-sided: a check that something waited at least so long cannot fail on
 //! a slow machine. The schedule is exact in Redis's clock; the server sees
 //! it through the network, so spacing at the server is checked with a
-//! slack of 10 ms.
+//! slack: 25 ms between two requests (each can be held up on its way by a
+//! busy machine), 10 ms over a whole run.
 
 mod common;
 #[path = "support/site.rs"]
@@ -31,7 +32,10 @@ use tower::{ServiceBuilder, ServiceExt};
 use tower_autothrottle::redis::Fleet;
 use tower_autothrottle::{AutoThrottleLayer, Config};
 
+/// How much a run's span at the server may fall short of the schedule.
 const SLACK: Duration = Duration::from_millis(10);
+/// How much one gap at the server may fall short of the schedule.
+const GAP_SLACK: Duration = Duration::from_millis(25);
 
 /// A `redis-server`: the one `.ci/run` started (`REDIS_URL`), or one of
 /// the test's own, stopped when dropped.
@@ -188,7 +192,7 @@ async fn four_workers_hold_one_spacing_and_one_limit() {
         host.stats.max_active()
     );
     let gap = host.stats.min_gap().unwrap();
-    assert!(gap + SLACK >= delay, "smallest gap {gap:?}");
+    assert!(gap + GAP_SLACK >= delay, "smallest gap {gap:?}");
     // 32 starts at least 40 ms apart in Redis's clock.
     let span = arrivals[31].0 - arrivals[0].0;
     assert!(span + SLACK >= delay * 31, "all 32 in {span:?}");
@@ -225,7 +229,7 @@ async fn a_dead_workers_place_comes_back_after_its_lease() {
     assert_eq!(arrivals.len(), 2);
     let waited = arrivals[1].0 - arrivals[0].0;
     assert!(
-        waited + SLACK >= lease,
+        waited + GAP_SLACK >= lease,
         "B went after {waited:?}, before the lease ran out"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -354,5 +358,5 @@ async fn a_worker_that_joins_obeys_what_the_fleet_learned() {
     }
     assert_eq!(host.stats.max_active(), 1, "one at a time, as A learned");
     let gap = host.stats.min_gap().unwrap();
-    assert!(gap + SLACK >= delay, "smallest gap {gap:?}");
+    assert!(gap + GAP_SLACK >= delay, "smallest gap {gap:?}");
 }
