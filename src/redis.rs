@@ -91,8 +91,10 @@
 //! - While a worker throttles on its own (Redis unreachable), the fleet's
 //!   budget is not shared with it: the fleet can then exceed the delay and
 //!   limit, by at most that worker's own share. `fail_closed` prevents it.
-//! - A reservation whose answer is lost (the caller gave up mid-call) holds
-//!   its place until its lease expires.
+//! - A reservation whose caller gave up mid-call, or whose answer came too
+//!   late, is given back at once (by its lease id: removing a place never
+//!   taken does nothing); only a worker that dies holds its places until
+//!   their leases expire.
 
 use std::fmt;
 use std::future::Future;
@@ -427,7 +429,12 @@ impl Inner {
                 }
                 tokio::time::sleep_until(until).await;
             }
-            match self.try_reserve(&key, local, &id).await {
+            // Dropped with the call under way (the caller gave up), the
+            // attempt gives back whatever place the script may have taken.
+            let attempt = Attempt(Some((Arc::clone(&self), key.clone(), id.clone())));
+            let reply = self.try_reserve(&key, local, &id).await;
+            attempt.disarm();
+            match reply {
                 Ok(Reply::Granted(in_flight)) => {
                     self.answered();
                     let inner = Arc::clone(&self);
@@ -515,6 +522,23 @@ impl Inner {
                 return;
             }
             settled.await;
+        }
+    }
+}
+
+/// A reservation call under way; see [`Inner::reserve`].
+struct Attempt(Option<(Arc<Inner>, SlotKey, String)>);
+
+impl Attempt {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some((inner, key, id)) = self.0.take() {
+            inner.give_back(key, id, None);
         }
     }
 }

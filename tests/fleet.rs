@@ -3,7 +3,8 @@
 //! 127.0.0.1. The tests use the Redis at `REDIS_URL` (`.ci/run` installs
 //! `redis-server` and starts one on a free port), or else start their own
 //! `redis-server` on a free port; the one that stops Redis mid-run always
-//! starts its own. Every test uses a fleet name of its own.
+//! starts its own, as does the one that pauses Redis. Every test uses a
+//! fleet name of its own.
 //!
 //! These run on the real clock, since the schedule is Redis's. Bounds are
 //! one-sided: a check that something waited at least so long cannot fail on
@@ -358,4 +359,39 @@ async fn a_worker_that_joins_obeys_what_the_fleet_learned() {
     assert_eq!(host.stats.max_active(), 1, "one at a time, as A learned");
     let gap = host.stats.min_gap().unwrap();
     assert!(gap + GAP_SLACK >= delay, "smallest gap {gap:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_up_during_its_reservation_leaves_no_place_behind() {
+    // Its own Redis: pausing a shared one would hold up the other tests.
+    let redis = RedisServer::start(None).await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let layer = worker(
+        Fleet::new(redis.url(), &name).timeout(Duration::from_secs(5)),
+        Duration::ZERO,
+        4,
+    );
+    let svc = client(&layer);
+    // Connect and load the scripts first.
+    assert_eq!(get(&svc, &host.url("/ok")).await, StatusCode::OK);
+    layer.flush().await;
+    // Make Redis hold every client's commands for 500 ms, so that the
+    // next reservation waits in its queue...
+    let _: String = redis
+        .query(redis::cmd("CLIENT").arg("PAUSE").arg(500).arg("ALL"))
+        .await;
+    // ...and give the request up while its reservation is under way.
+    let gave_up =
+        tokio::time::timeout(Duration::from_millis(100), get(&svc, &host.url("/ok"))).await;
+    assert!(gave_up.is_err(), "the reservation should still be waiting");
+    layer.flush().await;
+    let leases = format!("autothrottle:{{{name}:{}}}:leases", host.base());
+    let held: i64 = redis.query(redis::cmd("ZCARD").arg(&leases)).await;
+    assert_eq!(held, 0, "the place the script took was given back");
+    assert_eq!(
+        host.stats.served(),
+        1,
+        "the given-up request was never sent"
+    );
 }
