@@ -156,7 +156,7 @@ where
                 StateProj::Reserving { reserving, permit } => {
                     let lease = ready!(reserving.as_mut().poll(cx));
                     let mut permit = permit.take().expect("the permit is taken only here");
-                    permit.lease = lease;
+                    permit.lease = lease.map(Box::new);
                     this.state.set(State::Ready {
                         permit: Some(permit),
                     });
@@ -263,7 +263,7 @@ pub(crate) fn report_error(
         seq: permit.seq(),
         hints: Hints::default(),
         adjust,
-        fleet_in_flight: permit.lease.as_ref().map(Lease::in_flight),
+        fleet_in_flight: permit.lease.as_deref().map(Lease::in_flight),
     };
     let adjustment = slot.on_end(now, ended);
     tracing::debug!(
@@ -348,7 +348,7 @@ pub(crate) fn adjust(
         seq: permit.seq(),
         hints,
         adjust,
-        fleet_in_flight: permit.lease.as_ref().map(Lease::in_flight),
+        fleet_in_flight: permit.lease.as_deref().map(Lease::in_flight),
     };
     let adjustment = slot.on_end(now, ended);
     macro_rules! event {

@@ -53,7 +53,7 @@ pub(crate) struct Permit {
     _pending: Option<OwnedSemaphorePermit>,
     /// The fleet-wide place, when a fleet shares the slot; given back
     /// before the local one.
-    pub(crate) lease: Option<crate::fleet::Lease>,
+    pub(crate) lease: Option<Box<crate::fleet::Lease>>,
 }
 
 enum Decision {
@@ -238,7 +238,7 @@ pub(crate) async fn admit(
     };
     let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
     if let Some(reserving) = shared.reserve(&permit) {
-        permit.lease = reserving.await;
+        permit.lease = reserving.await.map(Box::new);
     }
     permit
 }
