@@ -218,14 +218,15 @@ impl ConfigBuilder {
 /// Reserves a dispatch: `{1, in_flight}` when granted, `{0, wait_us}` when the
 /// schedule or a pause holds it back, `{0, -1}` when the limit is reached.
 /// The fleet's delay and limit are the most careful of the workers' fresh
-/// words (the longest delay, the lowest limit); stale words are dropped.
+/// words (the longest delay, the lowest limit); words older than a lease
+/// (`ARGV[3]`) are dropped.
 const RESERVE: &str = r"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
 local h = redis.call('HGETALL', KEYS[1])
 local next, pause, delay, limit = 0, 0, nil, nil
-local fresh = now - tonumber(ARGV[6])
+local fresh = now - tonumber(ARGV[3])
 for i = 1, #h, 2 do
   local k, v = h[i], h[i + 1]
   if k == 'next' then
@@ -385,34 +386,39 @@ impl Inner {
         }
     }
 
-    /// One reservation attempt, within the timeout.
-    async fn try_reserve(&self, key: &SlotKey, local: Local, lease: &str) -> Result<Reply, String> {
-        let (hash, leases) = self.keys(key);
+    /// Runs a script call on the shared connection, within the timeout.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+    ) -> Result<T, String> {
         let call = async {
             let mut conn = self.connection().await?;
-            let reply: (i64, String) = self
-                .reserve
-                .key(&hash)
-                .key(&leases)
-                .arg(micros(local.delay))
-                .arg(local.limit.max(1) as u64)
-                .arg(micros(self.fleet.lease))
-                .arg(lease)
-                .arg(self.ttl_ms())
-                .arg(micros(self.fleet.lease))
-                .invoke_async(&mut conn)
-                .await?;
-            Ok::<_, redis::RedisError>(reply)
+            call.invoke_async(&mut conn).await
         };
         match tokio::time::timeout(self.fleet.timeout, call).await {
             Err(_) => Err(format!("no answer within {:?}", self.fleet.timeout)),
             Ok(Err(error)) => Err(error.to_string()),
-            Ok(Ok((1, in_flight))) => Ok(Reply::Granted(in_flight.parse().unwrap_or(1))),
-            Ok(Ok((_, wait))) => match wait.parse::<i64>() {
-                Ok(us) if us >= 0 => Ok(Reply::Wait(Duration::from_micros(us as u64))),
-                _ => Ok(Reply::Full),
-            },
+            Ok(Ok(reply)) => Ok(reply),
         }
+    }
+
+    /// One reservation attempt, within the timeout.
+    async fn try_reserve(&self, key: &SlotKey, local: Local, lease: &str) -> Result<Reply, String> {
+        let (hash, leases) = self.keys(key);
+        let mut call = self.reserve.key(&hash);
+        call.key(&leases)
+            .arg(micros(local.delay))
+            .arg(local.limit.max(1) as u64)
+            .arg(micros(self.fleet.lease))
+            .arg(lease)
+            .arg(self.ttl_ms());
+        Ok(match self.invoke::<(i64, String)>(&call).await? {
+            (1, in_flight) => Reply::Granted(in_flight.parse().unwrap_or(1)),
+            (_, wait) => match wait.parse::<i64>() {
+                Ok(us) if us >= 0 => Reply::Wait(Duration::from_micros(us as u64)),
+                _ => Reply::Full,
+            },
+        })
     }
 
     async fn reserve(self: Arc<Self>, key: SlotKey, local: Local) -> Option<Lease> {
@@ -470,35 +476,39 @@ impl Inner {
     /// Gives a place back, off the request's path.
     fn give_back(self: Arc<Self>, key: SlotKey, id: String, learned: Option<Local>) {
         let inner = Arc::clone(&self);
-        inner.background(async move {
-            let (hash, leases) = self.keys(&key);
+        self.background(async move {
+            let (hash, leases) = inner.keys(&key);
             let (delay, limit) = match learned {
                 Some(l) => (micros(l.delay).to_string(), l.limit.max(1).to_string()),
                 None => (String::new(), String::new()),
             };
-            let call = async {
-                let mut conn = self.connection().await?;
-                self.release
-                    .key(&hash)
-                    .key(&leases)
-                    .arg(&id)
-                    .arg(delay)
-                    .arg(limit)
-                    .arg(self.ttl_ms())
-                    .arg(&self.worker)
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-            };
-            match tokio::time::timeout(self.fleet.timeout, call).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => self.failed(&error),
-                Err(_) => self.failed(&"no answer when giving a place back"),
+            let mut call = inner.release.key(&hash);
+            call.key(&leases)
+                .arg(&id)
+                .arg(delay)
+                .arg(limit)
+                .arg(inner.ttl_ms())
+                .arg(&inner.worker);
+            if let Err(error) = inner.invoke::<i64>(&call).await {
+                inner.failed(&format!("giving a place back: {error}"));
             }
         });
     }
-}
 
-impl Inner {
+    /// Shares a pause of `wait`, off the requests' path.
+    fn pause(self: Arc<Self>, key: SlotKey, wait: Duration) {
+        let inner = Arc::clone(&self);
+        self.background(async move {
+            let (hash, _) = inner.keys(&key);
+            let mut call = inner.pause.key(&hash);
+            call.arg(micros(wait)).arg(inner.ttl_ms());
+            match inner.invoke::<i64>(&call).await {
+                Ok(_) => inner.answered(),
+                Err(error) => inner.failed(&format!("sharing a pause: {error}")),
+            }
+        });
+    }
+
     /// Runs `call` off the requests' path, counted until it ends (see
     /// [`flush`](Self::flush)). Without a runtime (the process is ending)
     /// it is dropped, and a place it would have given back expires.
@@ -555,34 +565,10 @@ impl Coordinator for RedisFleet {
     }
 
     fn pause(&self, key: SlotKey, wait: Duration) {
-        let inner = Arc::clone(&self.0);
-        Arc::clone(&self.0).background(async move {
-            let (hash, _) = inner.keys(&key);
-            let call = async {
-                let mut conn = inner.connection().await?;
-                inner
-                    .pause
-                    .key(&hash)
-                    .arg(micros(wait))
-                    .arg(inner.ttl_ms())
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-            };
-            match tokio::time::timeout(inner.fleet.timeout, call).await {
-                Ok(Ok(_)) => inner.answered(),
-                Ok(Err(error)) => inner.failed(&error),
-                Err(_) => inner.failed(&"no answer when sharing a pause"),
-            }
-        });
+        Arc::clone(&self.0).pause(key, wait);
     }
 
     fn flush(&self) -> BoxFuture<()> {
-        self.flush_inner()
-    }
-}
-
-impl RedisFleet {
-    fn flush_inner(&self) -> BoxFuture<()> {
         let inner = Arc::clone(&self.0);
         Box::pin(async move { inner.flush().await })
     }
