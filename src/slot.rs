@@ -127,6 +127,22 @@ impl SlotTable {
         if let Some(slot) = self.slots.get(key.as_str()) {
             return f(&slot);
         }
+        self.with_new_slot(key, f)
+    }
+
+    /// [`with_slot`](Self::with_slot) for a key given as text: allocates
+    /// a key only when the slot is new.
+    pub(crate) fn with_slot_str<R>(&self, key: &str, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
+        if let Some(slot) = self.slots.get(key) {
+            return f(&slot);
+        }
+        self.with_new_slot(SlotKey::new(key), f)
+    }
+
+    /// The way of [`with_slot`](Self::with_slot) once a plain lookup missed:
+    /// creates the slot unless another request did meanwhile, and sweeps
+    /// the table when due.
+    fn with_new_slot<R>(&self, key: SlotKey, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
         let (result, created) = match self.slots.entry(key) {
             dashmap::Entry::Occupied(slot) => (f(slot.get()), false),
             dashmap::Entry::Vacant(vacant) => {
@@ -147,15 +163,6 @@ impl SlotTable {
             }
         }
         result
-    }
-
-    /// [`with_slot`](Self::with_slot) for a key given as text: allocates
-    /// a key only when the slot is new.
-    pub(crate) fn with_slot_str<R>(&self, key: &str, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
-        if let Some(slot) = self.slots.get(key) {
-            return f(&slot);
-        }
-        self.with_slot(SlotKey::new(key), f)
     }
 
     /// A fresh policy for the slot `key`: its settings', or the default.
