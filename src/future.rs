@@ -15,15 +15,14 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::classify::classify_error;
-use crate::fleet::{Lease, Local};
+use crate::fleet::Lease;
 use crate::gate::{Permit, Waiting};
 use crate::headers;
 use crate::key::SlotKey;
 use crate::layer::Shared;
 use crate::policy::Outcome;
 use crate::resolve::BoxFuture;
-use crate::slot::{Ended, Hints};
+use crate::slot::Hints;
 use crate::BoxError;
 
 pin_project! {
@@ -238,10 +237,7 @@ fn failed<E: Into<BoxError>>(
     adjust: bool,
 ) -> BoxError {
     let error: BoxError = error.into();
-    let outcome = match &shared.config.classifier {
-        Some(classify) => classify(&*error),
-        None => classify_error(&*error),
-    };
+    let outcome = shared.classify(&*error);
     report_error(permit, now, latency, &*error, outcome, adjust);
     error
 }
@@ -255,31 +251,15 @@ pub(crate) fn report_error(
     outcome: Outcome,
     adjust: bool,
 ) {
-    let slot = permit.slot();
-    let ended = Ended {
-        latency,
-        status: None,
-        outcome,
-        seq: permit.seq(),
-        hints: Hints::default(),
-        adjust,
-        fleet_in_flight: permit.lease.as_deref().map(Lease::in_flight),
-    };
-    let adjustment = slot.on_end(now, ended);
+    let adjustment = permit.end(now, latency, None, outcome, Hints::default(), adjust);
     tracing::debug!(
-        slot = %slot.key,
+        slot = %permit.slot().key,
         error = %error,
         outcome = ?adjustment.outcome,
         delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
         concurrency = adjustment.limit,
         "request failed",
     );
-    if let Some(lease) = permit.lease.as_mut() {
-        lease.learned(Local {
-            delay: adjustment.delay,
-            limit: adjustment.limit,
-        });
-    }
 }
 
 /// Reads the server's hints from a response, warning about malformed ones.
@@ -339,18 +319,10 @@ pub(crate) fn adjust(
     size: Option<u64>,
     adjust: bool,
 ) {
+    let hints = hints(shared, permit.slot().key.as_str(), status, headers);
+    let outcome = Outcome::of_status(status);
+    let adjustment = permit.end(now, latency, Some(status), outcome, hints, adjust);
     let slot = permit.slot();
-    let hints = hints(shared, slot.key.as_str(), status, headers);
-    let ended = Ended {
-        latency,
-        status: Some(status),
-        outcome: Outcome::of_status(status),
-        seq: permit.seq(),
-        hints,
-        adjust,
-        fleet_in_flight: permit.lease.as_deref().map(Lease::in_flight),
-    };
-    let adjustment = slot.on_end(now, ended);
     macro_rules! event {
         ($level:expr) => {
             tracing::event!(
@@ -383,14 +355,7 @@ pub(crate) fn adjust(
             _ => None,
         });
         if let Some(wait) = pause {
-            coordinator.pause(permit.slot().key.clone(), wait);
-        }
-        let local = Local {
-            delay: adjustment.delay,
-            limit: adjustment.limit,
-        };
-        if let Some(lease) = permit.lease.as_mut() {
-            lease.learned(local);
+            coordinator.pause(slot.key.clone(), wait);
         }
     }
 }

@@ -26,11 +26,16 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::StatusCode;
 
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
-use crate::slot::{Slot, SlotState};
+use crate::fleet::{Lease, Local};
+use crate::policy::Outcome;
+use crate::slot::{Adjustment, Ended, Hints, Slot, SlotState};
 
 /// A request waiting in its slot's queue.
 pub(crate) struct Waiting {
@@ -274,6 +279,38 @@ impl Drop for Waiting {
 }
 
 impl Permit {
+    /// Ends the request in its slot: the outcome goes to the slot's signals
+    /// and policy (told the fleet-wide in-flight count when a fleet shares
+    /// the slot), and what the slot then allows is kept with the fleet's
+    /// place, to be shared when it goes back.
+    pub(crate) fn end(
+        &mut self,
+        now: Instant,
+        latency: Duration,
+        status: Option<StatusCode>,
+        outcome: Outcome,
+        hints: Hints,
+        adjust: bool,
+    ) -> Adjustment {
+        let ended = Ended {
+            latency,
+            status,
+            outcome,
+            seq: self.seq,
+            hints,
+            adjust,
+            fleet_in_flight: self.lease.as_deref().map(Lease::in_flight),
+        };
+        let adjustment = self.slot.on_end(now, ended);
+        if let Some(lease) = self.lease.as_mut() {
+            lease.learned(Local {
+                delay: adjustment.delay,
+                limit: adjustment.limit,
+            });
+        }
+        adjustment
+    }
+
     /// The slot this place belongs to.
     pub(crate) fn slot(&self) -> &Arc<Slot> {
         &self.slot

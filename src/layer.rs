@@ -18,6 +18,7 @@ use crate::fleet::{Lease, Local};
 use crate::future::Start;
 use crate::gate::{Permit, Waiting};
 use crate::key::{key_for, key_in, DownloadSlot, KeyChoice, KeyStrategy, SlotKey};
+use crate::policy::Outcome;
 use crate::resolve::BoxFuture;
 use crate::resolve::DnsCache;
 use crate::service::AutoThrottle;
@@ -84,6 +85,15 @@ impl Shared {
             _ => None,
         };
         start
+    }
+
+    /// Classifies an inner error: by the configured classifier, else by
+    /// [`classify_error`](crate::classify_error).
+    pub(crate) fn classify(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
+        match &self.config.classifier {
+            Some(classify) => classify(error),
+            None => crate::classify_error(error),
+        }
     }
 
     /// The fleet-wide reservation a request admitted by its slot must wait

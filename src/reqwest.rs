@@ -38,7 +38,7 @@
 //! in-flight place until it is read to the end or dropped. Errors are
 //! classified by the configured classifier, or else: a reqwest timeout
 //! (`reqwest::Error::is_timeout`) is an overload, and the rest as
-//! [`classify_error`] says (a refused or reset connection is an overload).
+//! [`classify_error`](crate::classify_error) says (a refused or reset connection is an overload).
 //! The response keeps its URL, headers and extensions.
 
 use std::sync::Arc;
@@ -49,7 +49,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::body::ThrottleBody;
-use crate::classify::classify_error;
 use crate::config::Config;
 use crate::control::DontAdjust;
 use crate::future::{adjust, report_error};
@@ -140,12 +139,15 @@ impl Middleware for AutoThrottleMiddleware {
             let response = match result {
                 Ok(response) => response,
                 Err(error) => {
-                    let outcome = match (&shared.config.classifier, &error) {
-                        (Some(classify), _) => classify(&error),
-                        (None, reqwest_middleware::Error::Reqwest(e)) if e.is_timeout() => {
-                            Outcome::Overload
-                        }
-                        (None, _) => classify_error(&error),
+                    // reqwest's timeout error is opaque to `classify_error`.
+                    let timeout = matches!(
+                        &error,
+                        reqwest_middleware::Error::Reqwest(e) if e.is_timeout()
+                    );
+                    let outcome = if timeout && shared.config.classifier.is_none() {
+                        Outcome::Overload
+                    } else {
+                        shared.classify(&error)
                     };
                     report_error(&mut permit, now, latency, &error, outcome, adjust_slot);
                     return Err(error);
