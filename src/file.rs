@@ -275,20 +275,25 @@ impl Params {
         )
     }
 
-    /// Whether any field that only a policy uses is set (not the ones
-    /// per-slot settings take as bounds).
-    fn any_policy_only(&self) -> bool {
-        self.target_concurrency.is_some()
-            || self.initial_concurrency.is_some()
-            || self.min_concurrency.is_some()
-            || self.check_period.is_some()
-            || self.backoff_ratio.is_some()
-            || self.timeout.is_some()
-            || self.smoothing.is_some()
-            || self.probe_multiplier.is_some()
-            || self.queue_size.is_some()
-            || self.long_window.is_some()
-            || self.rtt_tolerance.is_some()
+    /// Each field's name, and whether it is set.
+    fn set(&self) -> [(&'static str, bool); 15] {
+        [
+            ("start_delay", self.start_delay.is_some()),
+            ("min_delay", self.min_delay.is_some()),
+            ("max_delay", self.max_delay.is_some()),
+            ("target_concurrency", self.target_concurrency.is_some()),
+            ("initial_concurrency", self.initial_concurrency.is_some()),
+            ("min_concurrency", self.min_concurrency.is_some()),
+            ("max_concurrency", self.max_concurrency.is_some()),
+            ("check_period", self.check_period.is_some()),
+            ("backoff_ratio", self.backoff_ratio.is_some()),
+            ("timeout", self.timeout.is_some()),
+            ("smoothing", self.smoothing.is_some()),
+            ("probe_multiplier", self.probe_multiplier.is_some()),
+            ("queue_size", self.queue_size.is_some()),
+            ("long_window", self.long_window.is_some()),
+            ("rtt_tolerance", self.rtt_tolerance.is_some()),
+        ]
     }
 }
 
@@ -392,25 +397,9 @@ fn policy(name: &str, p: &Params) -> Result<Arc<dyn MakePolicy>, ConfigError> {
 
 /// Refuses the set fields of `p` that are not in `used`.
 fn refuse_others(name: &str, p: &Params, used: &[&'static str]) -> Result<(), ConfigError> {
-    let set = [
-        ("start_delay", p.start_delay.is_some()),
-        ("min_delay", p.min_delay.is_some()),
-        ("max_delay", p.max_delay.is_some()),
-        ("target_concurrency", p.target_concurrency.is_some()),
-        ("initial_concurrency", p.initial_concurrency.is_some()),
-        ("min_concurrency", p.min_concurrency.is_some()),
-        ("max_concurrency", p.max_concurrency.is_some()),
-        ("check_period", p.check_period.is_some()),
-        ("backoff_ratio", p.backoff_ratio.is_some()),
-        ("timeout", p.timeout.is_some()),
-        ("smoothing", p.smoothing.is_some()),
-        ("probe_multiplier", p.probe_multiplier.is_some()),
-        ("queue_size", p.queue_size.is_some()),
-        ("long_window", p.long_window.is_some()),
-        ("rtt_tolerance", p.rtt_tolerance.is_some()),
-    ];
-    match set
-        .iter()
+    match p
+        .set()
+        .into_iter()
         .find(|(field, is_set)| *is_set && !used.contains(field))
     {
         Some((field, _)) => Err(ConfigError::new(
@@ -528,7 +517,9 @@ impl SlotFile {
     fn settings(&self, default: &str, defaults: &Params) -> Result<SlotSettings, ConfigError> {
         let mut settings = SlotSettings::new();
         let own = self.params();
-        if self.policy.is_some() || own.any_policy_only() {
+        // `own` leaves out the fields taken as bounds below: any field set
+        // here is for a policy of the slot's own.
+        if self.policy.is_some() || own.set().iter().any(|(_, set)| *set) {
             let name = self.policy.as_deref().unwrap_or(default);
             fn canonical(name: &str) -> &str {
                 if name == "default" {
