@@ -12,16 +12,18 @@
 //! dispatch takes the fast path (the fleet lets it go at once).
 
 mod common;
+#[path = "../tests/support/redis.rs"]
+mod redis_server;
 
 use std::convert::Infallible;
 use std::future::ready;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::Fixed;
 use http::{Request, Response};
 use http_body_util::Empty;
+use redis_server::RedisServer;
 use tower::{Layer, Service, ServiceExt};
 use tower_autothrottle::redis::Fleet;
 use tower_autothrottle::{AutoThrottleLayer, Config};
@@ -62,41 +64,15 @@ async fn script_calls(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
 }
 
 fn main() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-    let mut redis = Command::new(&bin)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-    let url = format!("redis://127.0.0.1:{port}/");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
+        let redis = RedisServer::start(None).await;
+        let url = redis.url();
         let client = redis::Client::open(url.as_str()).unwrap();
-        let mut conn = loop {
-            if let Ok(mut c) = client.get_multiplexed_async_connection().await {
-                if redis::cmd("PING").query_async::<String>(&mut c).await.is_ok() {
-                    break c;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let alone = AutoThrottleLayer::new(Config::builder().policy(Fixed::unbound()).build().unwrap());
         let fleet = AutoThrottleLayer::new(
             Config::builder()
@@ -121,6 +97,4 @@ fn main() {
             calls as f64 / f64::from(REQUESTS)
         );
     });
-    let _ = redis.kill();
-    let _ = redis.wait();
 }
