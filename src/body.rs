@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::gate::Permit;
+use crate::slot::gate::Permit;
 
 pin_project! {
     /// A response body that holds its request's in-flight place in the slot

@@ -6,8 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::key::BoxFuture;
 use crate::key::SlotKey;
-use crate::resolve::BoxFuture;
 
 /// What the slot decided locally, handed to the coordinator.
 #[derive(Clone, Copy, Debug)]

@@ -1,13 +1,14 @@
-//! The response future: wait in the slot, call the inner service, measure.
+//! The response future: the state machine that takes a request through its
+//! slot's gate, calls the inner service and measures the answer.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use http::{HeaderMap, Response, StatusCode};
+use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
 use tokio::sync::OwnedSemaphorePermit;
@@ -15,15 +16,11 @@ use tokio::time::Instant;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
+use crate::error::BoxError;
 use crate::fleet::Lease;
-use crate::gate::{Permit, Waiting};
-use crate::headers;
-use crate::key::SlotKey;
-use crate::layer::Shared;
-use crate::policy::Outcome;
-use crate::resolve::BoxFuture;
-use crate::slot::Hints;
-use crate::BoxError;
+use crate::key::{BoxFuture, SlotKey};
+use crate::shared::{Shared, Start};
+use crate::slot::gate::{Permit, Waiting};
 
 pin_project! {
     /// The future returned by [`AutoThrottle`](crate::AutoThrottle).
@@ -54,13 +51,6 @@ pin_project! {
         adjust: bool,
         span: tracing::Span,
     }
-}
-
-/// How a response future starts: in its slot's queue, or resolving the
-/// host that names its slot.
-pub(crate) enum Start {
-    Queued(Waiting),
-    Resolving(BoxFuture<SlotKey>),
 }
 
 pin_project! {
@@ -164,8 +154,7 @@ where
                     if let Err(error) = ready!(this.service.poll_ready(cx)) {
                         let mut permit = permit.take().expect("the permit is taken only here");
                         this.state.set(State::Done);
-                        return Poll::Ready(Err(failed(
-                            this.shared,
+                        return Poll::Ready(Err(this.shared.fail(
                             &mut permit,
                             Instant::now(),
                             Duration::ZERO,
@@ -197,8 +186,7 @@ where
                         Ok(response) => response,
                         // The place is given back when the permit drops.
                         Err(error) => {
-                            return Poll::Ready(Err(failed(
-                                this.shared,
+                            return Poll::Ready(Err(this.shared.fail(
                                 &mut permit,
                                 now,
                                 latency,
@@ -208,8 +196,7 @@ where
                         }
                     };
                     let (parts, body) = response.into_parts();
-                    adjust(
-                        this.shared,
+                    this.shared.end_response(
                         &mut permit,
                         now,
                         latency,
@@ -223,139 +210,6 @@ where
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
-        }
-    }
-}
-
-/// Reports an inner error to its slot and boxes it.
-fn failed<E: Into<BoxError>>(
-    shared: &Shared,
-    permit: &mut Permit,
-    now: Instant,
-    latency: Duration,
-    error: E,
-    adjust: bool,
-) -> BoxError {
-    let error: BoxError = error.into();
-    let outcome = shared.classify(&*error);
-    report_error(permit, now, latency, &*error, outcome, adjust);
-    error
-}
-
-/// Reports a failed request, classified as `outcome`, to its slot.
-pub(crate) fn report_error(
-    permit: &mut Permit,
-    now: Instant,
-    latency: Duration,
-    error: &(dyn std::error::Error + 'static),
-    outcome: Outcome,
-    adjust: bool,
-) {
-    let adjustment = permit.end(now, latency, None, outcome, Hints::default(), adjust);
-    tracing::debug!(
-        slot = %permit.slot().key,
-        error = %error,
-        outcome = ?adjustment.outcome,
-        delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
-        concurrency = adjustment.limit,
-        "request failed",
-    );
-}
-
-/// Reads the server's hints from a response, warning about malformed ones.
-fn hints(shared: &Shared, slot: &str, status: StatusCode, headers: &HeaderMap) -> Hints {
-    let max = shared.config.max_retry_after;
-    let mut hints = Hints::default();
-    if matches!(
-        status,
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) {
-        if let Some((value, date)) = headers::retry_after_of(headers) {
-            match headers::retry_after(value, date, SystemTime::now()) {
-                Ok(wait) if wait > max => {
-                    tracing::warn!(
-                        slot,
-                        ?wait,
-                        ?max,
-                        "Retry-After above max_retry_after: capped"
-                    );
-                    hints.retry_after = Some(max);
-                }
-                Ok(wait) => hints.retry_after = Some(wait),
-                Err(error) => tracing::warn!(slot, %error, "ignored"),
-            }
-        }
-    }
-    match headers::rate_limit(headers, max) {
-        Ok(limit) => {
-            let window = match limit {
-                Some(headers::RateLimit::Exhausted { reset }) => Some(reset),
-                Some(headers::RateLimit::Pace { valid_for, .. }) => Some(valid_for),
-                None => None,
-            };
-            if window == Some(max) {
-                tracing::warn!(
-                    slot,
-                    ?max,
-                    "RateLimit window at or above max_retry_after: capped"
-                );
-            }
-            hints.rate_limit = limit;
-        }
-        Err(error) => tracing::warn!(slot, %error, "ignored"),
-    }
-    hints
-}
-
-/// Feeds a response to its slot and logs the adjustment.
-#[allow(clippy::too_many_arguments)] // internal; shared by the future and the reqwest middleware
-pub(crate) fn adjust(
-    shared: &Shared,
-    permit: &mut Permit,
-    now: Instant,
-    latency: Duration,
-    status: StatusCode,
-    headers: &HeaderMap,
-    size: Option<u64>,
-    adjust: bool,
-) {
-    let hints = hints(shared, permit.slot().key.as_str(), status, headers);
-    let outcome = Outcome::of_status(status);
-    let adjustment = permit.end(now, latency, Some(status), outcome, hints, adjust);
-    let slot = permit.slot();
-    macro_rules! event {
-        ($level:expr) => {
-            tracing::event!(
-                $level,
-                slot = %slot.key,
-                concurrency = adjustment.limit,
-                delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
-                latency_ms = latency.as_secs_f64() * 1000.0,
-                size = size,
-                status = status.as_u16(),
-                outcome = ?adjustment.outcome,
-                changed = adjustment.changed,
-                "slot: {} | conc:{:2} | delay:{:5.0} ms | latency:{:5.0} ms | size:{:>6} bytes",
-                slot.key,
-                adjustment.limit,
-                adjustment.delay.as_secs_f64() * 1000.0,
-                latency.as_secs_f64() * 1000.0,
-                size.map_or_else(|| "?".to_owned(), |s| s.to_string()),
-            )
-        };
-    }
-    if shared.config.debug {
-        event!(tracing::Level::INFO);
-    } else {
-        event!(tracing::Level::DEBUG);
-    }
-    if let Some(coordinator) = &shared.config.coordinator {
-        let pause = hints.retry_after.or(match hints.rate_limit {
-            Some(headers::RateLimit::Exhausted { reset }) => Some(reset),
-            _ => None,
-        });
-        if let Some(wait) = pause {
-            coordinator.pause(slot.key.clone(), wait);
         }
     }
 }

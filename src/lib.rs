@@ -9,29 +9,52 @@
 //!
 //! # How a request flows
 //!
-//! 1. **Key** ([`key`]): the request is assigned to a slot, by default its
-//!    normalized authority (`scheme://host[:port]`).
-//! 2. **Slot table**: one slot per key, shared by the layer and every
-//!    service made from it.
-//! 3. **Gate**: the request waits in its slot's FIFO queue until the slot's
-//!    delay has passed since the previous dispatch, fewer than the slot's
-//!    limit are in flight, and no `Retry-After` pause runs. A slow slot
-//!    never holds up another.
-//! 4. **Inner call**: a clone of the inner service is driven to readiness and
+//! Each step is a room of its own in `src/`, and each room uses only the
+//! rooms before it (`.ci/module_cycles.py` checks that no arrow runs back):
+//!
+//! 1. **In** (`layer.rs`, `service.rs`): [`AutoThrottleLayer`] wraps a
+//!    service into an [`AutoThrottle`]; `call` never waits, it starts the
+//!    request on its way (`shared.rs`, the way through the rooms) and
+//!    returns a [`ResponseFuture`] (`future.rs`, the state machine that
+//!    walks it).
+//! 2. **Key** ([`key`]): the request is assigned to a slot: a
+//!    [`DownloadSlot`] it carries ([`extensions`](DownloadSlot)), the
+//!    configured key function, or the [`KeyStrategy`] (by default its
+//!    normalized authority, `scheme://host[:port]`).
+//! 3. **Slot table** (`slot/table.rs`): one slot per key, shared by the
+//!    layer and every service made from it; idle slots are evicted.
+//! 4. **Gate** (`slot/gate.rs`, the only code that waits): the request
+//!    waits in its slot's FIFO queue until the slot's delay has passed since
+//!    the previous dispatch, fewer than the slot's limit are in flight, and
+//!    no `Retry-After` pause runs. A slow slot never holds up another. With
+//!    a fleet (`fleet.rs`, feature `redis`), the fleet's schedule is asked
+//!    too.
+//! 5. **Inner call**: a clone of the inner service is driven to readiness and
 //!    called; the latency is measured from the call to the response head.
-//! 5. **Policy** ([`policy`]): the latency and status go to the slot's
-//!    policy, a pure state machine that answers with the slot's new delay
-//!    and limit. [`Config::default`] uses [`policy::Adaptive`], which finds
-//!    each host's capacity; [`policy::Scrapy2012`] and [`policy::Scrapy`]
-//!    are Scrapy's own rules, [`policy::Aimd`], [`policy::Vegas`] and
+//! 6. **Signals** (`signals/`): what the response means: its outcome (an
+//!    overload: 429, 503, a timeout, a refused connection; see
+//!    [`classify_error`]) and the server's hints (`Retry-After`, the
+//!    `RateLimit` fields: [`headers`]).
+//! 7. **Policy** ([`policy`]): the latency and outcome go to the slot's
+//!    policy, a pure state machine that answers with a delay and a limit.
+//!    [`Config::default`] uses [`policy::Adaptive`], which finds each host's
+//!    capacity; [`policy::Scrapy2012`] and [`policy::Scrapy`] are Scrapy's
+//!    own rules, [`policy::Aimd`], [`policy::Vegas`] and
 //!    [`policy::Gradient2`] Netflix's.
-//! 6. **Server signals**, on top of any policy: an overload (429, 503, a
-//!    timeout, a refused connection; see [`classify_error`]) halves the
-//!    slot's concurrency and backs its rate off; `Retry-After` pauses the
-//!    slot; the `RateLimit` fields pace it ([`headers`]); a delay floor can
-//!    be set at run time ([`AutoThrottleLayer::set_delay_floor`]).
-//! 7. **Body** ([`body`]): the response body holds the request's in-flight
+//! 8. **The slot's new delay and limit** (`slot/mod.rs`): the policy's
+//!    answer, with the layer's signals on top of any policy: an overload
+//!    halves the slot's concurrency and backs its rate off, `Retry-After`
+//!    pauses the slot, the `RateLimit` fields pace it, and a delay floor can
+//!    be set at run time ([`AutoThrottleLayer::set_delay_floor`]). A
+//!    lowered limit binds the very next dispatch.
+//! 9. **Body** ([`body`]): the response body holds the request's in-flight
 //!    place until it ends or is dropped.
+//!
+//! Beside the path: the configuration (`config/`: [`Config`], per-slot
+//! [`SlotSettings`], config files), the errors (`error.rs`), and two small
+//! helpers every room may use (`time.rs`, `rng.rs`). The integrations
+//! (`reqwest.rs`, `metrics.rs`, `redis/`) are feature-gated rooms that
+//! nothing above imports.
 //!
 //! # Example
 //!
@@ -67,8 +90,8 @@
 //!
 //! # Integrations and control
 //!
-//! - [`control`]: per-slot settings (Scrapy's `DOWNLOAD_SLOTS`, by key or
-//!   pattern, at build or run time) and the per-request opt-out
+//! - [`SlotSettings`]: per-slot settings (Scrapy's `DOWNLOAD_SLOTS`, by key
+//!   or pattern, at build or run time), and the per-request opt-out
 //!   [`DontAdjust`].
 //! - `reqwest` (feature `reqwest`): `AutoThrottleMiddleware` for
 //!   reqwest-middleware, sharing a layer's slots.
@@ -92,47 +115,48 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The rooms, in the order a request meets them (see the overview above).
 pub mod body;
-mod classify;
 mod config;
-pub mod control;
-#[cfg(feature = "serde")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
-pub mod file;
+mod error;
+mod extensions;
 mod fleet;
 pub mod future;
-mod gate;
-pub mod headers;
 pub mod key;
 mod layer;
+pub mod policy;
+mod service;
+mod shared;
+mod signals;
+mod slot;
+// Small helpers every room may use.
+mod rng;
+mod time;
+// Integrations: feature-gated, and imported by nothing above.
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
-pub mod policy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
-mod resolve;
-mod service;
-mod signals;
-mod slot;
 
 pub use body::ThrottleBody;
-pub use classify::{classify_error, ErrorClassifier};
-pub use config::{Config, ConfigBuilder, ConfigError};
-pub use control::{DontAdjust, SlotSettings};
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use config::file;
+pub use config::{Config, ConfigBuilder, SlotSettings};
+pub use error::{BoxError, ConfigError};
+pub use extensions::{DontAdjust, DownloadSlot};
 pub use future::ResponseFuture;
-pub use key::{DownloadSlot, KeyFn, KeyStrategy, SlotKey};
+pub use key::{KeyFn, KeyStrategy, Resolve, SlotKey, SystemResolver};
 pub use layer::AutoThrottleLayer;
-pub use resolve::{BoxFuture, Resolve, SystemResolver};
 pub use service::AutoThrottle;
+pub use signals::headers;
+pub use signals::{classify_error, ErrorClassifier};
 pub use slot::SlotSnapshot;
-
-/// The error type of [`AutoThrottle`]: the inner service's error, boxed.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 // The README's examples use every feature: `cargo test --all-features`.
 #[cfg(all(

@@ -50,12 +50,10 @@ use tracing::Instrument;
 
 use crate::body::ThrottleBody;
 use crate::config::Config;
-use crate::control::DontAdjust;
-use crate::future::{adjust, report_error};
-use crate::gate::admit;
-use crate::key::DownloadSlot;
-use crate::layer::{AutoThrottleLayer, Shared};
+use crate::extensions::{DontAdjust, DownloadSlot};
+use crate::layer::AutoThrottleLayer;
 use crate::policy::Outcome;
+use crate::shared::Shared;
 
 /// Throttles a reqwest-middleware client; see the [module documentation](self).
 #[derive(Clone)]
@@ -130,7 +128,7 @@ impl Middleware for AutoThrottleMiddleware {
                 None => None,
             };
             let start = shared.start(&head(&req, extensions), None);
-            let mut permit = admit(shared, start, pending).await;
+            let mut permit = shared.admit(start, pending).await;
             tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
             let started = Instant::now();
             let result = next.run(req, extensions).await;
@@ -149,12 +147,11 @@ impl Middleware for AutoThrottleMiddleware {
                     } else {
                         shared.classify(&error)
                     };
-                    report_error(&mut permit, now, latency, &error, outcome, adjust_slot);
+                    shared.end_error(&mut permit, now, latency, &error, outcome, adjust_slot);
                     return Err(error);
                 }
             };
-            adjust(
-                shared,
+            shared.end_response(
                 &mut permit,
                 now,
                 latency,

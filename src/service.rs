@@ -1,4 +1,4 @@
-//! The service.
+//! The service: [`AutoThrottle`], which takes each request into its slot.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,12 +10,13 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::PollSemaphore;
 use tower_service::Service;
 
+use crate::body::ThrottleBody;
 use crate::config::Config;
-use crate::control::DontAdjust;
+use crate::error::BoxError;
+use crate::extensions::DontAdjust;
 use crate::future::ResponseFuture;
-use crate::layer::{AutoThrottleLayer, Recent, Shared};
+use crate::shared::{Recent, Shared};
 use crate::slot::SlotSnapshot;
-use crate::BoxError;
 
 /// Throttles requests per slot with an adaptive delay and concurrency limit.
 ///
@@ -51,7 +52,7 @@ use crate::BoxError;
 /// slot.
 pub struct AutoThrottle<S> {
     inner: S,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     semaphore: Option<PollSemaphore>,
     permit: Option<OwnedSemaphorePermit>,
     recent: Option<Recent>,
@@ -60,7 +61,7 @@ pub struct AutoThrottle<S> {
 impl<S> AutoThrottle<S> {
     /// Wraps `inner` with a new, independent throttle.
     pub fn new(inner: S, config: Config) -> Self {
-        AutoThrottle::from_shared(inner, AutoThrottleLayer::new(config).shared)
+        AutoThrottle::from_shared(inner, Arc::new(Shared::new(config)))
     }
 
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
@@ -70,14 +71,6 @@ impl<S> AutoThrottle<S> {
             shared,
             permit: None,
             recent: None,
-        }
-    }
-
-    /// A layer that shares this service's slots, for wrapping another
-    /// client with the same throttle.
-    pub fn layer(&self) -> AutoThrottleLayer {
-        AutoThrottleLayer {
-            shared: Arc::clone(&self.shared),
         }
     }
 
@@ -113,7 +106,7 @@ where
     S::Error: Into<BoxError>,
     ResBody: Body,
 {
-    type Response = Response<crate::body::ThrottleBody<ResBody>>;
+    type Response = Response<ThrottleBody<ResBody>>;
     type Error = BoxError;
     type Future = ResponseFuture<S, Request<ReqBody>>;
 

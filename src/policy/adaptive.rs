@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{MakePolicy, Outcome, Policy, Sample, Throttle};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 /// The default policy: it finds how many requests a host serves at once,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{MakePolicy, Outcome, Policy, Sample, Throttle};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 /// Additive increase, multiplicative decrease, as Netflix concurrency-limits'

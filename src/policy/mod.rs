@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 mod adaptive;
@@ -189,22 +189,13 @@ impl Throttle {
     /// The delay as a [`Duration`]: negative or NaN delays are zero, and
     /// delays too large for a `Duration` saturate.
     pub fn delay(&self) -> Duration {
-        secs_to_duration(self.delay)
+        crate::time::secs_to_duration(self.delay)
     }
 
     /// The concurrency limit, as the policy computed it. The gate never uses
     /// less than 1, so a slot can always make progress.
     pub fn concurrency(&self) -> usize {
         self.concurrency
-    }
-}
-
-/// Converts seconds to a `Duration` without panicking on any `f64`.
-pub(crate) fn secs_to_duration(secs: f64) -> Duration {
-    if secs.is_nan() || secs <= 0.0 {
-        Duration::ZERO
-    } else {
-        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
     }
 }
 
@@ -297,23 +288,6 @@ pub(crate) fn check_min_delay(min_delay: f64) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-/// FNV-1a, to seed per-slot generators from a key.
-pub(crate) fn hash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// SplitMix64: a small seeded generator, uniform in [0, 1).
-pub(crate) fn next_unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl<P: MakePolicy + ?Sized> MakePolicy for Box<P> {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::{MakePolicy, Policy, Sample, Throttle};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 /// Today's Scrapy AutoThrottle (`scrapy/extensions/throttle.py`, Scrapy 2.x):

@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::{MakePolicy, Policy, Sample, Throttle};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 /// Scrapy's original AutoThrottle (2012), with its state kept per slot.

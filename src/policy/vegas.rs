@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{lg, MakePolicy, Outcome, Policy, Sample, Throttle};
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 /// Delay-based limit after TCP Vegas, as Netflix concurrency-limits'
@@ -114,8 +114,8 @@ impl MakePolicy for Vegas {
     }
 
     fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
-        let mut rng = self.seed ^ super::hash(key.as_str());
-        let jitter = 0.5 + 0.5 * super::next_unit(&mut rng);
+        let mut rng = self.seed ^ crate::rng::hash(key.as_str());
+        let jitter = 0.5 + 0.5 * crate::rng::next_unit(&mut rng);
         Box::new(VegasState {
             limit: self.initial_limit.clamp(1, self.max_limit) as f64,
             rtt_noload: 0.0,
@@ -155,7 +155,7 @@ impl Policy for VegasState {
         let c = &self.config;
         self.probe_count += 1;
         if self.probe_jitter * c.probe_multiplier as f64 * self.limit <= self.probe_count as f64 {
-            self.probe_jitter = 0.5 + 0.5 * super::next_unit(&mut self.rng);
+            self.probe_jitter = 0.5 + 0.5 * crate::rng::next_unit(&mut self.rng);
             self.probe_count = 0;
             self.rtt_noload = rtt;
             return self.throttle();

@@ -1,100 +1,5 @@
-//! One budget per slot across a fleet of processes, through Redis (feature
-//! `redis`).
-//!
-//! Every layer configured with the same [`Fleet`] (same Redis, same fleet
-//! name) shares, per slot:
-//!
-//! - **the dispatch schedule**: after a request passes its own slot's gate,
-//!   it reserves the fleet's next dispatch time in Redis, in one server-side
-//!   script that reads Redis's own clock (`TIME`), so that the start-to-start
-//!   spacing holds across the fleet whatever the machines' clocks say;
-//! - **the in-flight count**: the same script takes a place, a *lease* that
-//!   expires after [`Fleet::lease`] unless given back, so the limit holds
-//!   fleet-wide and a crashed worker's places come back on their own;
-//! - **what was learned**: the delay and limit each worker's policy arrives
-//!   at are written back, under the worker's name, when a place is given
-//!   back; every reservation applies the most careful of the workers' fresh
-//!   words (the longest delay, the lowest limit; a word older than the
-//!   lease is dropped), so a worker that joins obeys what the fleet has
-//!   learned from its first request, and one worker misled by a loaded
-//!   host (its latency-based policy may take a queue for the host's base
-//!   latency) cannot open the slot wider for all; a `Retry-After` (or an
-//!   exhausted `RateLimit` quota) seen by one worker pauses the slot for all.
-//!   A policy's samples count the requests in flight fleet-wide.
-//!
-//! ```no_run
-//! use std::time::Duration;
-//! use tower_autothrottle::{redis::Fleet, AutoThrottleLayer, Config};
-//!
-//! let config = Config::builder()
-//!     .fleet(Fleet::new("redis://127.0.0.1:6379/", "my-crawl").lease(Duration::from_secs(120)))
-//!     .build()?;
-//! let throttle = AutoThrottleLayer::new(config);
-//! # Ok::<_, tower_autothrottle::ConfigError>(())
-//! ```
-//!
-//! # Round trips
-//!
-//! One per dispatch when the fleet lets the request go at once (the
-//! reservation); a request that has to wait for the fleet's schedule sleeps
-//! until the reserved time and asks again, and one that finds the fleet's
-//! limit reached asks again after 5 ms, doubling to 100 ms. Giving the place
-//! back (when the response body ends) is one more call, made off the
-//! request's path, which also carries what the slot learned; a pause is one
-//! call when a server asks for it.
-//!
-//! # Ending a worker
-//!
-//! Places are given back off the requests' path: call
-//! [`AutoThrottleLayer::flush`](crate::AutoThrottleLayer::flush) before a
-//! worker process exits, or its last places stay taken until their leases
-//! run out (which is also what happens when a worker crashes).
-//!
-//! # Faults
-//!
-//! A Redis call that fails or takes longer than [`Fleet::timeout`] makes the
-//! worker throttle on its own (its local slots keep working as without a
-//! fleet), with a `tracing` warning, for [`Fleet::retry_interval`]; then the
-//! next request tries Redis again, and sharing resumes as soon as it
-//! answers (the connection reconnects in the background). With
-//! [`Fleet::fail_closed`], requests wait for Redis instead. Nothing panics,
-//! and a place that cannot be given back (Redis down, or the worker gone)
-//! expires with its lease.
-//!
-//! # Data layout
-//!
-//! Per slot, with `F` the fleet name and `K` the slot key:
-//!
-//! | key | type | fields |
-//! |---|---|---|
-//! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `pause`: no dispatch before this, µs; `w:WORKER`: `delay_us:limit:at_us`, what that worker learned last |
-//! | `autothrottle:{F:K}:leases` | sorted set | one member per place in use, scored by its expiry (µs) |
-//!
-//! Both keys share a hash tag, so they live on one node of a Redis Cluster.
-//! Every reservation sets both to expire after [`Fleet::idle_ttl`] (a pause
-//! keeps them at least that long after its end), so idle slots vanish from
-//! Redis on their own.
-//!
-//! # Consistency, and its limits
-//!
-//! - Spacing and limit are exact in Redis's clock and count: the script runs
-//!   atomically. What a server sees can differ by the network: two requests
-//!   reserved `d` apart can arrive a little closer if the first one took
-//!   longer to reach the server.
-//! - A request that runs longer than its lease stops counting against the
-//!   limit when the lease expires; choose the lease above your longest
-//!   request (default 60 s).
-//! - The fleet's delay and limit are the most careful of the workers'
-//!   words, not a merged policy: each worker's policy learns from its own
-//!   responses (with the fleet's in-flight count), and a slow learner holds
-//!   the fleet back until it catches up.
-//! - While a worker throttles on its own (Redis unreachable), the fleet's
-//!   budget is not shared with it: the fleet can then exceed the delay and
-//!   limit, by at most that worker's own share. `fail_closed` prevents it.
-//! - A reservation whose caller gave up mid-call, or whose answer came too
-//!   late, is given back at once (by its lease id: removing a place never
-//!   taken does nothing); only a worker that dies holds its places until
-//!   their leases expire.
+//! The fleet's Redis client: the connection, the script calls on and off
+//! the request's path, and what happens when Redis fails.
 
 use std::fmt;
 use std::future::Future;
@@ -107,188 +12,32 @@ use redis::Script;
 use tokio::sync::{Notify, OnceCell};
 use tokio::time::Instant;
 
-use crate::config::{ConfigBuilder, ConfigError};
+use super::Fleet;
 use crate::fleet::{Coordinator, Lease, Local};
-use crate::key::SlotKey;
-use crate::resolve::BoxFuture;
-
-/// Where and how a fleet shares its slots; give it to
-/// [`ConfigBuilder::fleet`].
-#[derive(Clone, Debug)]
-pub struct Fleet {
-    url: String,
-    name: String,
-    lease: Duration,
-    timeout: Duration,
-    retry_interval: Duration,
-    idle_ttl: Duration,
-    fail_closed: bool,
-}
-
-impl Fleet {
-    /// The fleet `name` on the Redis at `url` (`redis://host:port/db`).
-    pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
-        Fleet {
-            url: url.into(),
-            name: name.into(),
-            lease: Duration::from_secs(60),
-            timeout: Duration::from_millis(250),
-            retry_interval: Duration::from_secs(1),
-            idle_ttl: Duration::from_secs(600),
-            fail_closed: false,
-        }
-    }
-
-    /// How long a place is held if its worker never gives it back (it
-    /// crashed, or lost Redis). Default 60 s.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// The longest a Redis call may take before the worker throttles on its
-    /// own. Default 250 ms.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How long a worker throttles on its own after Redis failed, before it
-    /// tries again. Default 1 s.
-    pub fn retry_interval(mut self, interval: Duration) -> Self {
-        self.retry_interval = interval;
-        self
-    }
-
-    /// How long an unused slot stays in Redis. Default 10 minutes.
-    pub fn idle_ttl(mut self, ttl: Duration) -> Self {
-        self.idle_ttl = ttl;
-        self
-    }
-
-    /// Wait for Redis rather than throttle alone when it is unreachable
-    /// (never risk a host's budget; requests stall while Redis is down).
-    /// Off by default.
-    pub fn fail_closed(mut self, on: bool) -> Self {
-        self.fail_closed = on;
-        self
-    }
-
-    fn check(&self) -> Result<redis::Client, ConfigError> {
-        if self.name.is_empty() {
-            return Err(ConfigError::new(
-                "fleet",
-                "the fleet name must not be empty",
-            ));
-        }
-        for (field, value) in [
-            ("lease", self.lease),
-            ("timeout", self.timeout),
-            ("retry_interval", self.retry_interval),
-        ] {
-            if value.is_zero() {
-                return Err(ConfigError::new(field, "must be above zero"));
-            }
-        }
-        if self.idle_ttl < Duration::from_millis(1) {
-            return Err(ConfigError::new("idle_ttl", "must be at least 1 ms"));
-        }
-        redis::Client::open(self.url.as_str())
-            .map_err(|e| ConfigError::new("redis_url", format!("{:?}: {e}", self.url)))
-    }
-}
-
-impl ConfigBuilder {
-    /// Shares the slots with every layer configured with the same fleet
-    /// (feature `redis`); see [`crate::redis`]. An invalid URL or setting is
-    /// reported by [`build`](ConfigBuilder::build). Nothing connects until
-    /// the first request.
-    pub fn fleet(mut self, fleet: Fleet) -> Self {
-        match fleet.check() {
-            Ok(client) => {
-                self.config.coordinator =
-                    Some(Arc::new(RedisFleet(Arc::new(Inner::new(fleet, client)))));
-            }
-            Err(error) => self.error = Some(error),
-        }
-        self
-    }
-}
+use crate::key::{BoxFuture, SlotKey};
 
 /// Reserves a dispatch: `{1, in_flight}` when granted, `{0, wait_us}` when the
 /// schedule or a pause holds it back, `{0, -1}` when the limit is reached.
 /// The fleet's delay and limit are the most careful of the workers' fresh
 /// words (the longest delay, the lowest limit); words older than a lease
 /// (`ARGV[3]`) are dropped.
-const RESERVE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
-local h = redis.call('HGETALL', KEYS[1])
-local next, pause, delay, limit = 0, 0, nil, nil
-local fresh = now - tonumber(ARGV[3])
-for i = 1, #h, 2 do
-  local k, v = h[i], h[i + 1]
-  if k == 'next' then
-    next = tonumber(v)
-  elseif k == 'pause' then
-    pause = tonumber(v)
-  elseif string.sub(k, 1, 2) == 'w:' then
-    local d, l, at = string.match(v, '^([^:]+):([^:]+):([^:]+)$')
-    if at and tonumber(at) >= fresh then
-      d, l = tonumber(d), tonumber(l)
-      if delay == nil or d > delay then delay = d end
-      if limit == nil or l < limit then limit = l end
-    else
-      redis.call('HDEL', KEYS[1], k)
-    end
-  end
-end
-delay = delay or tonumber(ARGV[1])
-limit = limit or tonumber(ARGV[2])
-local ready = math.max(next, pause)
-if ready > now then
-  return {0, string.format('%.0f', math.ceil(ready - now))}
-end
-if redis.call('ZCARD', KEYS[2]) >= limit then
-  return {0, '-1'}
-end
-redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[4])
-redis.call('HSET', KEYS[1], 'next', string.format('%.0f', now + delay))
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return {1, tostring(redis.call('ZCARD', KEYS[2]))}
-";
+const RESERVE: &str = include_str!("reserve.lua");
 
 /// Gives a place back, with what the slot learned (if anything), under the
 /// worker's own field.
-const RELEASE: &str = r"
-redis.call('ZREM', KEYS[2], ARGV[1])
-if ARGV[2] ~= '' then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  redis.call('HSET', KEYS[1], 'w:' .. ARGV[5],
-    ARGV[2] .. ':' .. ARGV[3] .. ':' .. string.format('%.0f', now))
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-end
-return 1
-";
+const RELEASE: &str = include_str!("release.lua");
 
 /// Pauses the slot for `ARGV[1]` µs from Redis's now.
-const PAUSE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local till = now + tonumber(ARGV[1])
-local cur = tonumber(redis.call('HGET', KEYS[1], 'pause')) or 0
-if till > cur then
-  redis.call('HSET', KEYS[1], 'pause', string.format('%.0f', till))
-end
-redis.call('PEXPIRE', KEYS[1], string.format('%.0f', tonumber(ARGV[1]) / 1000 + tonumber(ARGV[2])))
-return 1
-";
+const PAUSE: &str = include_str!("pause.lua");
 
-/// The coordinator behind [`ConfigBuilder::fleet`].
-struct RedisFleet(Arc<Inner>);
+/// The coordinator behind [`ConfigBuilder::fleet`](crate::ConfigBuilder::fleet).
+pub(super) struct RedisFleet(Arc<Inner>);
+
+impl RedisFleet {
+    pub(super) fn new(fleet: Fleet, client: redis::Client) -> Self {
+        RedisFleet(Arc::new(Inner::new(fleet, client)))
+    }
+}
 
 struct Inner {
     fleet: Fleet,

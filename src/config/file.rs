@@ -74,8 +74,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::config::{Config, ConfigError};
-use crate::control::SlotSettings;
+use super::{Config, SlotSettings};
+use crate::error::ConfigError;
 use crate::key::KeyStrategy;
 use crate::policy::{Adaptive, Aimd, Gradient2, MakePolicy, Scrapy, Scrapy2012, Vegas};
 
@@ -162,7 +162,7 @@ pub struct ConfigFile {
     /// Slots kept at most.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_slots: Option<usize>,
-    /// Per-slot settings, by exact key or pattern (see [`crate::control`]).
+    /// Per-slot settings, by exact key or pattern (see [`SlotSettings`](crate::SlotSettings)).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub slots: BTreeMap<String, SlotFile>,
 }

@@ -1,6 +1,6 @@
-//! Configuration of the layer, checked once when it is built.
+//! The configuration: [`Config`] and its builder, checked once when built;
+//! per-slot settings (`settings`) and config files (`file`, feature `serde`).
 
-use std::borrow::Cow;
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
@@ -8,11 +8,18 @@ use std::time::Duration;
 
 use http::request::Parts;
 
-use crate::classify::ErrorClassifier;
-use crate::control::{Overrides, SlotSettings};
-use crate::key::{KeyFn, KeyStrategy, SlotKey};
+use crate::error::ConfigError;
+use crate::key::{KeyFn, KeyStrategy, Resolve, SlotKey, SystemResolver};
 use crate::policy::{Adaptive, MakePolicy, Outcome};
-use crate::resolve::{Resolve, SystemResolver};
+use crate::signals::ErrorClassifier;
+
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub mod file;
+mod settings;
+
+pub(crate) use settings::Overrides;
+pub use settings::SlotSettings;
 
 /// How an [`AutoThrottleLayer`](crate::AutoThrottleLayer) throttles.
 ///
@@ -297,7 +304,7 @@ impl ConfigBuilder {
 
     /// Settings for the slot `pattern`, an exact key or a pattern with `*`
     /// (Scrapy's `DOWNLOAD_SLOTS`); see [`SlotSettings`] for what they set
-    /// and [`control`](crate::control) for how patterns match. Setting the
+    /// and how patterns match. Setting the
     /// same pattern twice keeps the last settings.
     pub fn slot(mut self, pattern: impl Into<String>, settings: SlotSettings) -> Self {
         self.slots.push((pattern.into(), settings));
@@ -335,38 +342,3 @@ impl ConfigBuilder {
         Ok(self.config)
     }
 }
-
-/// An invalid configuration value, naming the field.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    field: &'static str,
-    reason: Cow<'static, str>,
-}
-
-impl ConfigError {
-    /// An error for `field`, with the reason it is invalid.
-    pub fn new(field: &'static str, reason: impl Into<Cow<'static, str>>) -> Self {
-        ConfigError {
-            field,
-            reason: reason.into(),
-        }
-    }
-
-    /// The name of the invalid field.
-    pub fn field(&self) -> &'static str {
-        self.field
-    }
-
-    /// Why it is invalid.
-    pub fn reason(&self) -> &str {
-        &self.reason
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid `{}`: {}", self.field, self.reason)
-    }
-}
-
-impl std::error::Error for ConfigError {}

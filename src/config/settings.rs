@@ -1,75 +1,56 @@
-//! Run-time control: per-slot settings and the per-request opt-out.
-//!
-//! [`SlotSettings`] are Scrapy's `DOWNLOAD_SLOTS`: for one slot key, or for
-//! every key matching a pattern, a policy of its own, a start delay, bounds
-//! on the delay and a cap on the concurrency. Give them when building the
-//! configuration ([`ConfigBuilder::slot`](crate::ConfigBuilder::slot)) or
-//! at run time ([`AutoThrottleLayer::set_slot_settings`](crate::AutoThrottleLayer::set_slot_settings)).
-//!
-//! # Patterns
-//!
-//! A pattern is a slot key in which `*` stands for any run of characters
-//! (none included): `https://*.example.com` matches every subdomain of
-//! `example.com` over HTTPS, and `*example.com*` matches whatever key
-//! contains it. A pattern without `*` is an exact key. For a slot, settings
-//! for its exact key win; otherwise the first matching pattern, in the
-//! order the patterns were first set, applies. A slot without a match runs
-//! the configuration's policy, unbounded.
-//!
-//! ```
-//! use std::time::Duration;
-//! use tower_autothrottle::{policy::Scrapy, AutoThrottleLayer, Config, SlotSettings};
-//!
-//! let config = Config::builder()
-//!     // A partner API: one request at a time, at least 2 s apart.
-//!     .slot(
-//!         "https://api.partner.example",
-//!         SlotSettings::new().min_delay(Duration::from_secs(2)).max_concurrency(1),
-//!     )
-//!     // Every host of a CDN: today's Scrapy rules, starting at 100 ms.
-//!     .slot(
-//!         "https://*.cdn.example",
-//!         SlotSettings::new().policy(Scrapy::default()).start_delay(Duration::from_millis(100)),
-//!     )
-//!     .build()
-//!     .unwrap();
-//! let layer = AutoThrottleLayer::new(config);
-//!
-//! // At run time: a host that asked for a gentler pace.
-//! layer
-//!     .set_slot_settings("https://slow.example", SlotSettings::new().min_delay(Duration::from_secs(5)))
-//!     .unwrap();
-//! ```
+//! Per-slot settings: what [`SlotSettings`] set for a key or a pattern, the
+//! table of them in force, and the pattern matching.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use crate::key::SlotKey;
 use crate::policy::{Bounded, MakePolicy, Policy};
 
-/// A request extension that opts the request out of adjusting its slot
-/// (Scrapy's `autothrottle_dont_adjust_delay` request meta key).
+/// Settings of one slot, or of the slots matching a pattern.
 ///
-/// The request still waits for its slot's current delay and limit, and a
-/// `Retry-After` or `RateLimit` answer still pauses or paces the slot (they
-/// are the server's orders), but its latency and status are not fed to the
-/// policy or to the overload backoff. Use it for requests whose latency
-/// says nothing about the server's load: a large download, a long poll, a
-/// request that is expected to fail.
+/// [`SlotSettings`] are Scrapy's `DOWNLOAD_SLOTS`: for one slot key, or for
+/// every key matching a pattern, a policy of its own, a start delay, bounds
+/// on the delay and a cap on the concurrency. Give them when building the
+/// configuration ([`ConfigBuilder::slot`](crate::ConfigBuilder::slot)) or
+/// at run time ([`AutoThrottleLayer::set_slot_settings`](crate::AutoThrottleLayer::set_slot_settings)).
+///
+/// # Patterns
+///
+/// A pattern is a slot key in which `*` stands for any run of characters
+/// (none included): `https://*.example.com` matches every subdomain of
+/// `example.com` over HTTPS, and `*example.com*` matches whatever key
+/// contains it. A pattern without `*` is an exact key. For a slot, settings
+/// for its exact key win; otherwise the first matching pattern, in the
+/// order the patterns were first set, applies. A slot without a match runs
+/// the configuration's policy, unbounded.
 ///
 /// ```
-/// use tower_autothrottle::DontAdjust;
+/// use std::time::Duration;
+/// use tower_autothrottle::{policy::Scrapy, AutoThrottleLayer, Config, SlotSettings};
 ///
-/// let mut request = http::Request::new(());
-/// request.extensions_mut().insert(DontAdjust);
+/// let config = Config::builder()
+///     // A partner API: one request at a time, at least 2 s apart.
+///     .slot(
+///         "https://api.partner.example",
+///         SlotSettings::new().min_delay(Duration::from_secs(2)).max_concurrency(1),
+///     )
+///     // Every host of a CDN: today's Scrapy rules, starting at 100 ms.
+///     .slot(
+///         "https://*.cdn.example",
+///         SlotSettings::new().policy(Scrapy::default()).start_delay(Duration::from_millis(100)),
+///     )
+///     .build()
+///     .unwrap();
+/// let layer = AutoThrottleLayer::new(config);
+///
+/// // At run time: a host that asked for a gentler pace.
+/// layer
+///     .set_slot_settings("https://slow.example", SlotSettings::new().min_delay(Duration::from_secs(5)))
+///     .unwrap();
 /// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct DontAdjust;
-
-/// Settings of one slot, or of the slots matching a pattern; see the
-/// [module documentation](self).
 ///
 /// Unset fields keep the configuration's choice. The bounds clamp what the
 /// policy answers (its own state is left as it is) and apply under the

@@ -1,4 +1,5 @@
-//! The gate: the only code that waits.
+//! The gate: where a request waits for its slot's spacing and a place; the
+//! only code that waits.
 //!
 //! A request takes a ticket in its slot's FIFO queue when it is called, and
 //! leaves the queue when it is admitted; one that finds the queue empty and
@@ -33,9 +34,10 @@ use http::StatusCode;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 
+use super::{Adjustment, Slot, SlotState};
 use crate::fleet::{Lease, Local};
 use crate::policy::Outcome;
-use crate::slot::{Adjustment, Ended, Hints, Slot, SlotState};
+use crate::signals::{Ended, Hints};
 
 /// A request waiting in its slot's queue.
 pub(crate) struct Waiting {
@@ -219,39 +221,13 @@ fn open(state: &SlotState, now: Instant) -> Decision {
     }
     let spaced = state.last_dispatch.map(|last| {
         last.checked_add(state.signals.gap(delay))
-            .unwrap_or_else(|| far_future(now))
+            .unwrap_or_else(|| crate::time::far_future(now))
     });
     let paused = state.signals.paused_until();
     match spaced.into_iter().chain(paused).max() {
         Some(deadline) if deadline > now => Decision::WaitUntil(deadline),
         _ => Decision::Admit,
     }
-}
-
-/// Waits until a request started with `start` is admitted: the gate as an
-/// `async fn`, for callers that are not a hand-written future. Dropping it
-/// at any await point leaves the queue.
-#[cfg(feature = "reqwest")]
-pub(crate) async fn admit(
-    shared: &crate::layer::Shared,
-    start: crate::future::Start,
-    mut pending: Option<OwnedSemaphorePermit>,
-) -> Permit {
-    let mut waiting = match start {
-        crate::future::Start::Queued(waiting) => waiting,
-        crate::future::Start::Resolving(key) => shared.enqueue(key.await),
-    };
-    let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
-    if let Some(reserving) = shared.reserve(&permit) {
-        permit.lease = reserving.await.map(Box::new);
-    }
-    permit
-}
-
-/// The latest instant worth waiting for.
-pub(crate) fn far_future(now: Instant) -> Instant {
-    // About 30 years, as tokio itself uses for "never".
-    now + std::time::Duration::from_secs(86_400 * 365 * 30)
 }
 
 impl Drop for Waiting {

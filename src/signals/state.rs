@@ -1,5 +1,5 @@
-//! What the layer adds on top of any policy: server signals, overload
-//! backoff, a delay floor and jitter.
+//! The per-slot state of what the layer adds on top of any policy: server
+//! signals, overload backoff, a delay floor and jitter.
 //!
 //! This is a plain state machine: every method takes the current time as an
 //! argument and none reads a clock, so it can be tested exactly.
@@ -30,8 +30,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::headers::RateLimit;
-use crate::policy::{next_unit, Outcome, Throttle};
+use super::headers::RateLimit;
+use crate::policy::{Outcome, Throttle};
+use crate::rng::next_unit;
 
 /// The smallest backoff delay an overload sets.
 pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -222,7 +223,7 @@ impl Signals {
         }
         let until = now
             .checked_add(wait)
-            .unwrap_or_else(|| crate::gate::far_future(now));
+            .unwrap_or_else(|| crate::time::far_future(now));
         if self.paused_until().is_some_and(|p| p >= until) {
             return false;
         }
@@ -240,7 +241,7 @@ impl Signals {
                 // A window too long for the clock holds for as long as it can.
                 t.rate_until = Some(
                     now.checked_add(valid_for)
-                        .unwrap_or_else(|| crate::gate::far_future(now)),
+                        .unwrap_or_else(|| crate::time::far_future(now)),
                 );
                 true
             }

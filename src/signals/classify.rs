@@ -74,7 +74,7 @@ mod tests {
     fn walks_the_source_chain() {
         let e = Wrapper(std::io::Error::from(ErrorKind::ConnectionReset));
         assert_eq!(classify_error(&e), Outcome::Overload);
-        let boxed: crate::BoxError = Box::new(tower::timeout::error::Elapsed::new());
+        let boxed: crate::error::BoxError = Box::new(tower::timeout::error::Elapsed::new());
         assert_eq!(classify_error(&*boxed), Outcome::Overload);
         let e = Wrapper(std::io::Error::other("nope"));
         assert_eq!(classify_error(&e), Outcome::Ignore);

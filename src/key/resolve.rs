@@ -11,8 +11,8 @@ use dashmap::DashMap;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::key::SlotKey;
-use crate::BoxError;
+use super::SlotKey;
+use crate::error::BoxError;
 
 /// A boxed future, as resolvers return.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;

@@ -1,0 +1,42 @@
+-- Reserves a dispatch: `{1, in_flight}` when granted, `{0, wait_us}` when the
+-- schedule or a pause holds it back, `{0, -1}` when the limit is reached.
+-- The fleet's delay and limit are the most careful of the workers' fresh
+-- words (the longest delay, the lowest limit); words older than a lease
+-- (`ARGV[3]`) are dropped.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
+local h = redis.call('HGETALL', KEYS[1])
+local next, pause, delay, limit = 0, 0, nil, nil
+local fresh = now - tonumber(ARGV[3])
+for i = 1, #h, 2 do
+  local k, v = h[i], h[i + 1]
+  if k == 'next' then
+    next = tonumber(v)
+  elseif k == 'pause' then
+    pause = tonumber(v)
+  elseif string.sub(k, 1, 2) == 'w:' then
+    local d, l, at = string.match(v, '^([^:]+):([^:]+):([^:]+)$')
+    if at and tonumber(at) >= fresh then
+      d, l = tonumber(d), tonumber(l)
+      if delay == nil or d > delay then delay = d end
+      if limit == nil or l < limit then limit = l end
+    else
+      redis.call('HDEL', KEYS[1], k)
+    end
+  end
+end
+delay = delay or tonumber(ARGV[1])
+limit = limit or tonumber(ARGV[2])
+local ready = math.max(next, pause)
+if ready > now then
+  return {0, string.format('%.0f', math.ceil(ready - now))}
+end
+if redis.call('ZCARD', KEYS[2]) >= limit then
+  return {0, '-1'}
+end
+redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[4])
+redis.call('HSET', KEYS[1], 'next', string.format('%.0f', now + delay))
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+return {1, tostring(redis.call('ZCARD', KEYS[2]))}

@@ -1,0 +1,297 @@
+//! What a layer and its services share, and the request's way through the
+//! rooms: keyed ([`crate::key`]), queued in its slot ([`crate::slot`]),
+//! admitted by the gate and the fleet, and, once answered, read into a
+//! report for its slot ([`crate::signals`]).
+//!
+//! The tower future ([`crate::future`]) and the reqwest middleware both go
+//! this way; neither knows the rooms' insides.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::uri::{Authority, Scheme, Uri};
+use http::{Extensions, HeaderMap, StatusCode};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::error::BoxError;
+use crate::extensions::DownloadSlot;
+use crate::fleet::{Lease, Local};
+use crate::key::{self, BoxFuture, Choice, DnsCache, KeyStrategy, SlotKey};
+use crate::policy::Outcome;
+use crate::signals::{self, Hints};
+use crate::slot::gate::{Permit, Waiting};
+use crate::slot::{Adjustment, Slot, SlotTable};
+
+/// What a layer and its services share.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) table: SlotTable,
+    pub(crate) pending: Option<Arc<Semaphore>>,
+    /// Resolutions, for [`KeyStrategy::ResolvedIp`] only.
+    dns: Option<Arc<DnsCache>>,
+}
+
+/// How a request starts: in its slot's queue, or resolving the host that
+/// names its slot.
+pub(crate) enum Start {
+    Queued(Waiting),
+    Resolving(BoxFuture<SlotKey>),
+}
+
+/// The slot a service's last request went to, by the scheme and authority
+/// of its URI (see [`Shared::start`]).
+#[derive(Clone, Debug)]
+pub(crate) struct Recent {
+    scheme: Option<Scheme>,
+    authority: Authority,
+    slot: Arc<Slot>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config) -> Self {
+        let pending = config
+            .max_pending
+            .map(|max| Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))));
+        let dns = (config.key_strategy == KeyStrategy::ResolvedIp).then(|| {
+            Arc::new(DnsCache::new(
+                Arc::clone(&config.resolver),
+                config.dns_ttl,
+                config.dns_cache_size,
+            ))
+        });
+        Shared {
+            table: SlotTable::new(
+                Arc::clone(&config.policy),
+                config.overrides.clone(),
+                config.jitter,
+                config.seed,
+                config.idle_timeout,
+                config.max_slots,
+            ),
+            config,
+            pending,
+            dns,
+        }
+    }
+
+    /// Joins the back of `key`'s queue (creating the slot if needed).
+    pub(crate) fn enqueue(&self, key: SlotKey) -> Waiting {
+        self.table
+            .with_slot(key, |slot| Waiting::enqueue(Arc::clone(slot)))
+    }
+
+    /// Keys a request by its head and starts it: in its slot's queue now (so
+    /// requests queue in call order), or after resolving its host.
+    ///
+    /// `recent`, a service's memory of the slot its last request went to, is
+    /// set to this request's slot (with the default keying only); see
+    /// [`start_recent`](Self::start_recent), which the caller tries first.
+    pub(crate) fn start(&self, parts: &Parts, recent: Option<&mut Option<Recent>>) -> Start {
+        let Some(recent) = recent.filter(|_| self.cacheable(&parts.extensions)) else {
+            return self.start_keyed(parts);
+        };
+        let start = self.start_keyed(parts);
+        *recent = match (&start, parts.uri.authority()) {
+            (Start::Queued(waiting), Some(authority)) => Some(Recent {
+                scheme: parts.uri.scheme().cloned(),
+                authority: authority.clone(),
+                slot: Arc::clone(waiting.slot()),
+            }),
+            _ => None,
+        };
+        start
+    }
+
+    /// Whether a request with these extensions may use a remembered slot:
+    /// only with the default keying.
+    fn cacheable(&self, extensions: &Extensions) -> bool {
+        self.config.key_fn.is_none()
+            && self.config.key_strategy == KeyStrategy::Authority
+            && extensions.get::<DownloadSlot>().is_none()
+    }
+
+    /// Starts the request in the remembered slot, if it goes to the same
+    /// scheme and authority and the slot is still in the table; checked
+    /// before the request is taken apart, which the way through the table
+    /// needs.
+    pub(crate) fn start_recent(
+        &self,
+        uri: &Uri,
+        extensions: &Extensions,
+        recent: &mut Option<Recent>,
+    ) -> Option<Start> {
+        let memo = recent.as_ref()?;
+        let authority = uri.authority()?;
+        // Byte for byte: a request that differs only in case takes the
+        // longer way, to the same slot.
+        let same = memo.authority.as_str() == authority.as_str()
+            && memo.scheme.as_ref().map(Scheme::as_str) == uri.scheme().map(Scheme::as_str);
+        if !same || !self.cacheable(extensions) {
+            return None;
+        }
+        Waiting::try_enqueue(Arc::clone(&memo.slot)).map(Start::Queued)
+    }
+
+    fn start_keyed(&self, parts: &Parts) -> Start {
+        let config = &self.config;
+        let download_slot = parts.extensions.get::<DownloadSlot>().map(|d| &d.0);
+        key::choose(
+            download_slot,
+            parts,
+            config.key_fn.as_ref(),
+            config.key_strategy,
+            |choice| match choice {
+                // The common case: no allocation when the slot exists.
+                Choice::Text(text) => Start::Queued(
+                    self.table
+                        .with_slot_str(text, |slot| Waiting::enqueue(Arc::clone(slot))),
+                ),
+                Choice::Key(key) => Start::Queued(self.enqueue(key)),
+                Choice::Resolve { host, fallback } => match &self.dns {
+                    Some(dns) => match dns.cached(&host, &fallback) {
+                        Some(key) => Start::Queued(self.enqueue(key)),
+                        None => Start::Resolving(dns.key(host, fallback)),
+                    },
+                    None => Start::Queued(self.enqueue(fallback)),
+                },
+            },
+        )
+    }
+
+    /// The fleet-wide reservation a request admitted by its slot must wait
+    /// for, when a fleet shares the slots.
+    pub(crate) fn reserve(&self, permit: &Permit) -> Option<BoxFuture<Option<Lease>>> {
+        let coordinator = self.config.coordinator.as_ref()?;
+        let slot = permit.slot();
+        let (delay, limit) = slot.effective(Instant::now());
+        Some(coordinator.reserve(slot.key.clone(), Local { delay, limit }))
+    }
+
+    /// Waits until a request started with `start` is admitted: the gate as an
+    /// `async fn`, for callers that are not a hand-written future. Dropping it
+    /// at any await point leaves the queue.
+    #[cfg(feature = "reqwest")]
+    pub(crate) async fn admit(
+        &self,
+        start: Start,
+        mut pending: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Permit {
+        let mut waiting = match start {
+            Start::Queued(waiting) => waiting,
+            Start::Resolving(key) => self.enqueue(key.await),
+        };
+        let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
+        if let Some(reserving) = self.reserve(&permit) {
+            permit.lease = reserving.await.map(Box::new);
+        }
+        permit
+    }
+
+    /// Classifies an inner error: by the configured classifier, else by
+    /// [`classify_error`](crate::classify_error).
+    pub(crate) fn classify(&self, error: &(dyn std::error::Error + 'static)) -> Outcome {
+        match &self.config.classifier {
+            Some(classify) => classify(error),
+            None => crate::classify_error(error),
+        }
+    }
+
+    /// Reports an inner error to its slot, classified, and boxes it.
+    pub(crate) fn fail<E: Into<BoxError>>(
+        &self,
+        permit: &mut Permit,
+        now: Instant,
+        latency: Duration,
+        error: E,
+        adjust: bool,
+    ) -> BoxError {
+        let error: BoxError = error.into();
+        let outcome = self.classify(&*error);
+        self.end_error(permit, now, latency, &*error, outcome, adjust);
+        error
+    }
+
+    /// Reports a failed request, classified as `outcome`, to its slot.
+    pub(crate) fn end_error(
+        &self,
+        permit: &mut Permit,
+        now: Instant,
+        latency: Duration,
+        error: &(dyn std::error::Error + 'static),
+        outcome: Outcome,
+        adjust: bool,
+    ) {
+        let adjustment = permit.end(now, latency, None, outcome, Hints::default(), adjust);
+        tracing::debug!(
+            slot = %permit.slot().key,
+            error = %error,
+            outcome = ?adjustment.outcome,
+            delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
+            concurrency = adjustment.limit,
+            "request failed",
+        );
+    }
+
+    /// Feeds a response to its slot, logs the adjustment and shares a pause
+    /// the server asked for with the fleet.
+    #[allow(clippy::too_many_arguments)] // internal; shared by the future and the reqwest middleware
+    pub(crate) fn end_response(
+        &self,
+        permit: &mut Permit,
+        now: Instant,
+        latency: Duration,
+        status: StatusCode,
+        headers: &HeaderMap,
+        size: Option<u64>,
+        adjust: bool,
+    ) {
+        let max = self.config.max_retry_after;
+        let hints = signals::hints(status, headers, max, permit.slot().key.as_str());
+        let outcome = Outcome::of_status(status);
+        let adjustment = permit.end(now, latency, Some(status), outcome, hints, adjust);
+        self.log(permit.slot(), &adjustment, latency, status, size);
+        if let (Some(coordinator), Some(wait)) = (&self.config.coordinator, hints.pause()) {
+            coordinator.pause(permit.slot().key.clone(), wait);
+        }
+    }
+
+    /// Logs what a response did to its slot, in Scrapy's debug format.
+    fn log(
+        &self,
+        slot: &Slot,
+        adjustment: &Adjustment,
+        latency: Duration,
+        status: StatusCode,
+        size: Option<u64>,
+    ) {
+        macro_rules! event {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    slot = %slot.key,
+                    concurrency = adjustment.limit,
+                    delay_ms = adjustment.delay.as_secs_f64() * 1000.0,
+                    latency_ms = latency.as_secs_f64() * 1000.0,
+                    size = size,
+                    status = status.as_u16(),
+                    outcome = ?adjustment.outcome,
+                    changed = adjustment.changed,
+                    "slot: {} | conc:{:2} | delay:{:5.0} ms | latency:{:5.0} ms | size:{:>6} bytes",
+                    slot.key,
+                    adjustment.limit,
+                    adjustment.delay.as_secs_f64() * 1000.0,
+                    latency.as_secs_f64() * 1000.0,
+                    size.map_or_else(|| "?".to_owned(), |s| s.to_string()),
+                )
+            };
+        }
+        if self.config.debug {
+            event!(tracing::Level::INFO);
+        } else {
+            event!(tracing::Level::DEBUG);
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! What a response means: its outcome ([`classify_error`] for errors), the
+//! server's hints in its headers ([`headers`]), and the per-slot state that
+//! turns them into pauses, pacing and overload backoff (`state`).
+//!
+//! Nothing here waits, and the per-slot state reads no clock: the time
+//! comes in as an argument, so it can be tested exactly.
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, StatusCode};
+
+use crate::policy::Outcome;
+use headers::RateLimit;
+
+mod classify;
+pub mod headers;
+mod state;
+
+pub use classify::{classify_error, ErrorClassifier};
+pub(crate) use state::{Reaction, Signals};
+
+/// The server's hints read from a response.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Hints {
+    pub(crate) retry_after: Option<Duration>,
+    pub(crate) rate_limit: Option<RateLimit>,
+}
+
+impl Hints {
+    /// The pause the server asked for: `Retry-After`, else an exhausted
+    /// `RateLimit` quota's reset.
+    pub(crate) fn pause(&self) -> Option<Duration> {
+        self.retry_after.or(match self.rate_limit {
+            Some(RateLimit::Exhausted { reset }) => Some(reset),
+            _ => None,
+        })
+    }
+}
+
+/// How a request ended, as reported to its slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ended {
+    pub(crate) latency: Duration,
+    pub(crate) status: Option<StatusCode>,
+    pub(crate) outcome: Outcome,
+    pub(crate) seq: u64,
+    pub(crate) hints: Hints,
+    /// Whether the request adjusts its slot (see [`DontAdjust`](crate::DontAdjust)).
+    pub(crate) adjust: bool,
+    /// Requests in flight fleet-wide when this one went, when a fleet shares
+    /// the slot: what the policy is told instead of the local count.
+    pub(crate) fleet_in_flight: Option<usize>,
+}
+
+/// Reads the server's hints from a response, warning about malformed ones.
+pub(crate) fn hints(status: StatusCode, headers: &HeaderMap, max: Duration, slot: &str) -> Hints {
+    let mut hints = Hints::default();
+    if matches!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+    ) {
+        if let Some((value, date)) = headers::retry_after_of(headers) {
+            match headers::retry_after(value, date, SystemTime::now()) {
+                Ok(wait) if wait > max => {
+                    tracing::warn!(
+                        slot,
+                        ?wait,
+                        ?max,
+                        "Retry-After above max_retry_after: capped"
+                    );
+                    hints.retry_after = Some(max);
+                }
+                Ok(wait) => hints.retry_after = Some(wait),
+                Err(error) => tracing::warn!(slot, %error, "ignored"),
+            }
+        }
+    }
+    match headers::rate_limit(headers, max) {
+        Ok(limit) => {
+            let window = match limit {
+                Some(RateLimit::Exhausted { reset }) => Some(reset),
+                Some(RateLimit::Pace { valid_for, .. }) => Some(valid_for),
+                None => None,
+            };
+            if window == Some(max) {
+                tracing::warn!(
+                    slot,
+                    ?max,
+                    "RateLimit window at or above max_retry_after: capped"
+                );
+            }
+            hints.rate_limit = limit;
+        }
+        Err(error) => tracing::warn!(slot, %error, "ignored"),
+    }
+    hints
+}

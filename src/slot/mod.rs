@@ -1,0 +1,268 @@
+//! The slot: one host's state, and the rooms around it.
+//!
+//! Every slot keeps, under one mutex: its policy and the policy's last
+//! answer, the layer's signals (overload backoff, `Retry-After` pause,
+//! rate-limit pacing, delay floor, jitter), how many requests are in flight,
+//! when the last one was dispatched, and the FIFO queue of waiting
+//! requests. All reads and writes of that state happen under the slot's
+//! lock, in short critical sections that never wait, never call into the
+//! inner service and never wake a task (wakers are taken out and woken
+//! after the lock is released), so the state cannot race and no lock is
+//! held across an `.await`.
+//!
+//! A panic while the lock is held (say, in a user-supplied policy) does not
+//! poison the slot: the lock is taken back as it was left.
+//!
+//! The table of slots is in `table`, what a slot shows of itself in
+//! `snapshot`, and the gate, where requests wait for their slot, in `gate`.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::time::Instant;
+
+use crate::key::SlotKey;
+use crate::policy::{Outcome, Policy, Sample, Throttle};
+use crate::signals::{Ended, Signals};
+
+pub(crate) mod gate;
+mod snapshot;
+mod table;
+
+pub use snapshot::SlotSnapshot;
+pub(crate) use table::SlotTable;
+
+/// One slot: a key and its state.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) key: SlotKey,
+    state: Mutex<SlotState>,
+}
+
+/// The mutable part of a slot; only touched under [`Slot::lock`].
+#[derive(Debug)]
+pub(crate) struct SlotState {
+    policy: Box<dyn Policy>,
+    /// The policy's last answer.
+    pub(crate) throttle: Throttle,
+    /// What the layer adds on top of the policy.
+    pub(crate) signals: Signals,
+    pub(crate) in_flight: usize,
+    pub(crate) last_dispatch: Option<Instant>,
+    /// When a request last joined, left or finished here.
+    pub(crate) last_used: Instant,
+    /// Waiting requests by ticket; the first entry is the head of the queue.
+    pub(crate) waiters: BTreeMap<u64, Option<Waker>>,
+    pub(crate) next_ticket: u64,
+    last_latency: Option<Duration>,
+    /// The smoothed latency, in seconds.
+    latency: Option<f64>,
+    last_status: Option<StatusCode>,
+    pub(crate) dispatched: u64,
+    responses: u64,
+    /// Removed from the table: a request holding the slot from before (see
+    /// [`Recent`](crate::layer::Recent)) must not join it.
+    pub(crate) evicted: bool,
+}
+
+/// What a response did to its slot, for logging.
+#[derive(Debug)]
+pub(crate) struct Adjustment {
+    pub(crate) delay: Duration,
+    pub(crate) limit: usize,
+    pub(crate) outcome: Outcome,
+    pub(crate) changed: bool,
+}
+
+impl Slot {
+    pub(crate) fn new(key: SlotKey, policy: Box<dyn Policy>, signals: Signals) -> Self {
+        let throttle = policy.throttle();
+        Slot {
+            key,
+            state: Mutex::new(SlotState {
+                throttle,
+                signals,
+                policy,
+                in_flight: 0,
+                last_dispatch: None,
+                last_used: Instant::now(),
+                waiters: BTreeMap::new(),
+                next_ticket: 0,
+                last_latency: None,
+                latency: None,
+                last_status: None,
+                dispatched: 0,
+                responses: 0,
+                evicted: false,
+            }),
+        }
+    }
+
+    /// Locks the slot's state, recovering it if a panic poisoned the lock.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SlotState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes in how a request ended: the layer's signals first, then the
+    /// policy, and applies the result.
+    pub(crate) fn on_end(&self, now: Instant, ended: Ended) -> Adjustment {
+        let (adjustment, wake) = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            if ended.status.is_some() {
+                state.responses += 1;
+                state.last_latency = Some(ended.latency);
+                state.last_status = ended.status;
+                if ended.adjust {
+                    let latest = ended.latency.as_secs_f64();
+                    state.latency = Some(
+                        state
+                            .latency
+                            .map_or(latest, |srtt| srtt + (latest - srtt) / 8.0),
+                    );
+                }
+            }
+            let before = (
+                state.signals.effective(&state.throttle, now),
+                state.signals.paused_until(),
+            );
+            let reaction = if ended.adjust {
+                state.signals.on_outcome(
+                    now,
+                    ended.outcome,
+                    ended.seq,
+                    state.dispatched,
+                    &state.throttle,
+                )
+            } else {
+                crate::signals::Reaction {
+                    outcome: Outcome::Ignore,
+                    changed: false,
+                }
+            };
+            if let Some(wait) = ended.hints.retry_after {
+                state.signals.retry_after(now, wait);
+            }
+            if let Some(limit) = ended.hints.rate_limit {
+                state.signals.rate_limit(now, limit);
+            }
+            let sample = match ended.status {
+                Some(status) => Sample::new(ended.latency, status),
+                None => Sample::error(ended.latency.as_secs_f64(), ended.outcome),
+            }
+            .with_outcome(reaction.outcome)
+            .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight));
+            if ended.adjust {
+                state.throttle = state.policy.on_sample(&sample);
+            }
+            let (delay, limit) = state.signals.effective(&state.throttle, now);
+            let changed = before != ((delay, limit), state.signals.paused_until());
+            // A new delay, limit or pause may let the head of the queue go
+            // sooner, or later: let it look again.
+            let wake = if changed {
+                state.take_head_waker()
+            } else {
+                None
+            };
+            let adjustment = Adjustment {
+                delay,
+                limit,
+                outcome: reaction.outcome,
+                changed,
+            };
+            (adjustment, wake)
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+        adjustment
+    }
+
+    /// The delay and limit in force at `now`.
+    pub(crate) fn effective(&self, now: Instant) -> (Duration, usize) {
+        let state = self.lock();
+        state.signals.effective(&state.throttle, now)
+    }
+
+    /// Replaces the slot's policy; its answer binds the next dispatch.
+    pub(crate) fn set_policy(&self, policy: Box<dyn Policy>) {
+        let wake = {
+            let mut state = self.lock();
+            state.throttle = policy.throttle();
+            state.policy = policy;
+            state.take_head_waker()
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+    }
+
+    /// Sets or lifts the slot's delay floor.
+    pub(crate) fn set_floor(&self, floor: Duration) {
+        let wake = {
+            let mut state = self.lock();
+            state.signals.floor = floor;
+            state.take_head_waker()
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+    }
+
+    /// Since when the slot is evictable (see [`SlotTable`]), if it is.
+    pub(crate) fn idle_since(&self, now: Instant) -> Option<Instant> {
+        self.lock().idle_since(now)
+    }
+
+    /// Marks the slot evicted, if it is evictable and `old_enough` says so
+    /// of the instant since which it is idle; whether it did. Called by the
+    /// table just before it removes the slot, under the shard's write lock.
+    pub(crate) fn evict_if(&self, now: Instant, old_enough: impl FnOnce(Instant) -> bool) -> bool {
+        let mut state = self.lock();
+        match state.idle_since(now) {
+            Some(since) if old_enough(since) => {
+                state.evicted = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives back one in-flight place.
+    pub(crate) fn release(&self) {
+        let wake = {
+            let mut state = self.lock();
+            state.in_flight = state.in_flight.saturating_sub(1);
+            state.last_used = Instant::now();
+            state.take_head_waker()
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
+    }
+}
+
+impl SlotState {
+    /// Since when the slot is evictable (see [`SlotTable`]), if it is.
+    fn idle_since(&self, now: Instant) -> Option<Instant> {
+        let state = self;
+        let busy = state.in_flight > 0 || !state.waiters.is_empty();
+        let pinned = !state.signals.floor.is_zero();
+        let paused = state.signals.paused_until().is_some_and(|p| p > now);
+        let (delay, _) = state.signals.effective(&state.throttle, now);
+        let spacing = state
+            .last_dispatch
+            .is_some_and(|last| last.checked_add(delay).is_none_or(|next| next > now));
+        (!busy && !pinned && !paused && !spacing).then_some(state.last_used)
+    }
+
+    /// Takes the waker of the request at the head of the queue, if any.
+    pub(crate) fn take_head_waker(&mut self) -> Option<Waker> {
+        self.waiters.values_mut().next().and_then(Option::take)
+    }
+}

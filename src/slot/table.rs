@@ -1,0 +1,198 @@
+//! The table of slots: finding a request's slot (or creating it), the
+//! per-slot settings in force, and eviction.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::time::Instant;
+
+use super::{Slot, SlotSnapshot};
+use crate::config::Overrides;
+use crate::key::SlotKey;
+use crate::policy::{MakePolicy, Policy};
+use crate::signals::Signals;
+
+/// All slots, by key; shared by a layer and every service made from it.
+///
+/// # Eviction
+///
+/// A slot is *evictable* when nothing holds it to its host: no request in
+/// flight or queued, no delay floor set, its `Retry-After` pause over, and
+/// its delay since the last dispatch run out (so a fresh slot for the same
+/// host could not send anything too early). Evictable slots idle for
+/// `idle_timeout` are dropped, and beyond `max_slots` the least recently
+/// used evictable ones go first, down to nine tenths of the bound. This
+/// runs when slots are created (after as many new slots as half the table,
+/// or when the bound is passed), so it costs O(1) per new slot amortized.
+///
+/// A request joins its slot's queue while holding the table's shard lock,
+/// and eviction removes a slot under the shard's write lock after checking
+/// it under its own lock (always in that order: shard, then slot), so a
+/// request can never join a slot that is being dropped.
+#[derive(Debug)]
+pub(crate) struct SlotTable {
+    slots: DashMap<SlotKey, Arc<Slot>>,
+    policy: Arc<dyn MakePolicy>,
+    /// Per-slot settings: what makes the policy of the slots they cover.
+    overrides: RwLock<Overrides>,
+    jitter: f64,
+    seed: u64,
+    idle_timeout: Duration,
+    max_slots: usize,
+    created: AtomicUsize,
+}
+
+impl SlotTable {
+    pub(crate) fn new(
+        policy: Arc<dyn MakePolicy>,
+        overrides: Overrides,
+        jitter: f64,
+        seed: u64,
+        idle_timeout: Duration,
+        max_slots: usize,
+    ) -> Self {
+        SlotTable {
+            slots: DashMap::new(),
+            policy,
+            overrides: RwLock::new(overrides),
+            jitter,
+            seed,
+            idle_timeout,
+            max_slots: max_slots.max(1),
+            created: AtomicUsize::new(0),
+        }
+    }
+
+    /// Runs `f` on the slot for `key` (created with a fresh policy if it is
+    /// new) while holding the table's lock on it, so that the slot cannot
+    /// be evicted meanwhile.
+    pub(crate) fn with_slot<R>(&self, key: SlotKey, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
+        if let Some(slot) = self.slots.get(key.as_str()) {
+            return f(&slot);
+        }
+        self.with_new_slot(key, f)
+    }
+
+    /// [`with_slot`](Self::with_slot) for a key given as text: allocates
+    /// a key only when the slot is new.
+    pub(crate) fn with_slot_str<R>(&self, key: &str, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
+        if let Some(slot) = self.slots.get(key) {
+            return f(&slot);
+        }
+        self.with_new_slot(SlotKey::new(key), f)
+    }
+
+    /// The way of [`with_slot`](Self::with_slot) once a plain lookup missed:
+    /// creates the slot unless another request did meanwhile, and sweeps
+    /// the table when due.
+    fn with_new_slot<R>(&self, key: SlotKey, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
+        let (result, created) = match self.slots.entry(key) {
+            dashmap::Entry::Occupied(slot) => (f(slot.get()), false),
+            dashmap::Entry::Vacant(vacant) => {
+                let key = vacant.key().clone();
+                let policy = self.make_policy(&key);
+                let signals = Signals::new(self.jitter, self.seed ^ crate::rng::hash(key.as_str()));
+                let slot = vacant.insert(Arc::new(Slot::new(key, policy, signals)));
+                (f(&slot), true)
+            }
+        };
+        if created {
+            let created = self.created.fetch_add(1, Ordering::Relaxed) + 1;
+            let len = self.slots.len();
+            if len > self.max_slots || created >= (len / 2).max(64) {
+                self.created.store(0, Ordering::Relaxed);
+                self.evict(Instant::now());
+            }
+        }
+        result
+    }
+
+    /// A fresh policy for the slot `key`: its settings', or the default.
+    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+        let overrides = self.overrides.read().unwrap_or_else(|p| p.into_inner());
+        if !overrides.is_empty() {
+            if let Some(policy) = overrides.policy_for(key.as_str()) {
+                return policy.make_policy(key);
+            }
+        }
+        self.policy.make_policy(key)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the settings of `pattern`, and
+    /// gives every existing slot it covers a fresh policy made by what now
+    /// applies to it; whether anything was set or removed.
+    pub(crate) fn set_settings(&self, pattern: &str, policy: Option<Arc<dyn MakePolicy>>) -> bool {
+        {
+            let mut overrides = self.overrides.write().unwrap_or_else(|p| p.into_inner());
+            match policy {
+                Some(policy) => overrides.set(pattern, policy),
+                None => {
+                    if !overrides.remove(pattern) {
+                        return false;
+                    }
+                }
+            }
+        }
+        let covered: Vec<Arc<Slot>> = self
+            .slots
+            .iter()
+            .filter(|e| Overrides::covers(pattern, e.key().as_str()))
+            .map(|e| Arc::clone(e.value()))
+            .collect();
+        for slot in covered {
+            slot.set_policy(self.make_policy(&slot.key));
+        }
+        true
+    }
+
+    /// Drops the evictable slots idle for the idle timeout, then, beyond the
+    /// bound, the least recently used evictable ones.
+    fn evict(&self, now: Instant) {
+        let timeout = self.idle_timeout;
+        self.slots.retain(|_, slot| {
+            !slot.evict_if(now, |since| now.saturating_duration_since(since) >= timeout)
+        });
+        if self.slots.len() <= self.max_slots {
+            return;
+        }
+        let mut idle: Vec<(Instant, SlotKey)> = self
+            .slots
+            .iter()
+            .filter_map(|e| {
+                e.value()
+                    .idle_since(now)
+                    .map(|since| (since, e.key().clone()))
+            })
+            .collect();
+        idle.sort();
+        let target = self.max_slots - self.max_slots / 10;
+        let mut excess = self.slots.len().saturating_sub(target);
+        for (_, key) in idle {
+            if excess == 0 {
+                break;
+            }
+            if self
+                .slots
+                .remove_if(&key, |_, slot| slot.evict_if(now, |_| true))
+                .is_some()
+            {
+                excess -= 1;
+            }
+        }
+    }
+
+    pub(crate) fn snapshot(&self, key: &str) -> Option<SlotSnapshot> {
+        // Clone the Arc out first so no shard lock is held while locking the slot.
+        let slot = self.slots.get(key).map(|s| Arc::clone(&s))?;
+        Some(slot.snapshot())
+    }
+
+    pub(crate) fn snapshots(&self) -> Vec<SlotSnapshot> {
+        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|s| Arc::clone(&s)).collect();
+        let mut out: Vec<SlotSnapshot> = slots.iter().map(|s| s.snapshot()).collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
+}
