@@ -372,11 +372,15 @@ fn policy(args: &Args) -> Result<Box<dyn MakePolicy>, String> {
             }
             Box::new(p)
         }
-        Aimd::NAME => Box::new(max.map_or_else(Aimd::default, |m| Aimd::default().max_limit(m))),
-        Vegas::NAME => Box::new(max.map_or_else(Vegas::default, |m| Vegas::default().max_limit(m))),
-        Gradient2::NAME => {
-            Box::new(max.map_or_else(Gradient2::default, |m| Gradient2::default().max_limit(m)))
+        Aimd::NAME => {
+            Box::new(max.map_or_else(Aimd::default, |m| Aimd::default().max_concurrency(m)))
         }
+        Vegas::NAME => {
+            Box::new(max.map_or_else(Vegas::default, |m| Vegas::default().max_concurrency(m)))
+        }
+        Gradient2::NAME => Box::new(max.map_or_else(Gradient2::default, |m| {
+            Gradient2::default().max_concurrency(m)
+        })),
         other => return Err(format!("unknown policy {other:?}")),
     })
 }

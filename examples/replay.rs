@@ -115,34 +115,34 @@ fn build(name: &str, f: &mut Flags) -> Result<Box<dyn MakePolicy>, String> {
         })),
         Aimd::NAME => {
             let p = with_flags!(f, Aimd::default(), {
-                "initial-limit" => initial_limit,
-                "min-limit" => min_limit,
+                "initial-limit" => initial_concurrency,
+                "min-limit" => min_concurrency,
                 "backoff-ratio" => backoff_ratio,
                 "timeout" => timeout_secs,
                 "min-delay" => min_delay_secs,
             });
             Box::new(match f.limit_max()? {
-                Some(max) => p.max_limit(max),
+                Some(max) => p.max_concurrency(max),
                 None => p,
             })
         }
         Vegas::NAME => {
             let p = with_flags!(f, Vegas::default(), {
-                "initial-limit" => initial_limit,
+                "initial-limit" => initial_concurrency,
                 "smoothing" => smoothing,
                 "probe-multiplier" => probe_multiplier,
                 "min-delay" => min_delay_secs,
                 "seed" => seed,
             });
             Box::new(match f.limit_max()? {
-                Some(max) => p.max_limit(max),
+                Some(max) => p.max_concurrency(max),
                 None => p,
             })
         }
         Gradient2::NAME => {
             let p = with_flags!(f, Gradient2::default(), {
-                "initial-limit" => initial_limit,
-                "min-limit" => min_limit,
+                "initial-limit" => initial_concurrency,
+                "min-limit" => min_concurrency,
                 "smoothing" => smoothing,
                 "queue-size" => queue_size,
                 "long-window" => long_window,
@@ -150,7 +150,7 @@ fn build(name: &str, f: &mut Flags) -> Result<Box<dyn MakePolicy>, String> {
                 "min-delay" => min_delay_secs,
             });
             Box::new(match f.limit_max()? {
-                Some(max) => p.max_limit(max),
+                Some(max) => p.max_concurrency(max),
                 None => p,
             })
         }

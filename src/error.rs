@@ -25,11 +25,13 @@ impl ConfigError {
     }
 
     /// The name of the invalid field.
+    #[must_use]
     pub fn field(&self) -> &'static str {
         self.field
     }
 
     /// Why it is invalid.
+    #[must_use]
     pub fn reason(&self) -> &str {
         &self.reason
     }

@@ -20,6 +20,11 @@ use crate::slot::SlotSnapshot;
 /// service shares that state, as with tower's `GlobalConcurrencyLimitLayer`.
 /// Make a new layer for an independent throttle.
 ///
+/// The layer is also the handle on its slots ([`slots`](Self::slots),
+/// [`set_delay_floor`](Self::set_delay_floor), …), so it is built first and
+/// added with `.layer(throttle.clone())`; there is no `ServiceBuilder`
+/// extension that would build it inline and hide the handle.
+///
 /// ```
 /// use tower::ServiceBuilder;
 /// use tower_autothrottle::{AutoThrottleLayer, Config};
@@ -40,6 +45,7 @@ pub struct AutoThrottleLayer {
 
 impl AutoThrottleLayer {
     /// A layer with its own, empty table of slots.
+    #[must_use]
     pub fn new(config: Config) -> Self {
         AutoThrottleLayer {
             shared: Arc::new(Shared::new(config)),
@@ -47,16 +53,19 @@ impl AutoThrottleLayer {
     }
 
     /// The configuration in force.
+    #[must_use]
     pub fn config(&self) -> &Config {
         &self.shared.config
     }
 
     /// A snapshot of every slot, sorted by key.
+    #[must_use]
     pub fn slots(&self) -> Vec<SlotSnapshot> {
         self.shared.table.snapshots()
     }
 
     /// A snapshot of one slot, if it exists.
+    #[must_use]
     pub fn slot(&self, key: &str) -> Option<SlotSnapshot> {
         self.shared.table.snapshot(key)
     }
@@ -119,6 +128,7 @@ impl AutoThrottleLayer {
     /// Removes the settings of `pattern` (as it was given); the slots it
     /// covered start afresh with whatever applies to them now. Returns
     /// whether there were any.
+    #[must_use]
     pub fn remove_slot_settings(&self, pattern: &str) -> bool {
         self.shared.table.set_settings(pattern, None)
     }

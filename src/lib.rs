@@ -113,6 +113,7 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![warn(clippy::must_use_candidate, clippy::return_self_not_must_use)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The rooms, in the order a request meets them (see the overview above).
@@ -130,6 +131,7 @@ mod shared;
 mod signals;
 mod slot;
 // Small helpers every room may use.
+mod builder;
 mod rng;
 mod time;
 // Integrations: feature-gated, and imported by nothing above.

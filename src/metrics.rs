@@ -71,6 +71,7 @@ pub fn record(layer: &AutoThrottleLayer) {
 
 /// Publishes every slot of `layer` now and then every `period` (at least
 /// 1 ms), on a tokio task, until the returned handle is aborted.
+#[allow(clippy::must_use_candidate)] // dropping the handle leaves the task running, as tokio's
 pub fn spawn(layer: AutoThrottleLayer, period: Duration) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(period.max(Duration::from_millis(1)));

@@ -63,11 +63,13 @@ pub struct AutoThrottleMiddleware {
 
 impl AutoThrottleMiddleware {
     /// A middleware with its own, new throttle.
+    #[must_use]
     pub fn new(config: Config) -> Self {
         AutoThrottleLayer::new(config).middleware()
     }
 
     /// A layer sharing this middleware's slots, for a tower stack.
+    #[must_use]
     pub fn layer(&self) -> AutoThrottleLayer {
         AutoThrottleLayer {
             shared: Arc::clone(&self.shared),
@@ -78,6 +80,7 @@ impl AutoThrottleMiddleware {
 impl AutoThrottleLayer {
     /// A reqwest-middleware middleware sharing this layer's slots (feature
     /// `reqwest`); see [`crate::reqwest`].
+    #[must_use]
     pub fn middleware(&self) -> AutoThrottleMiddleware {
         AutoThrottleMiddleware {
             shared: Arc::clone(&self.shared),

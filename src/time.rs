@@ -1,5 +1,6 @@
 //! Time arithmetic that never panics, whatever a user or a server gives.
 
+use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,5 +17,29 @@ pub(crate) fn secs_to_duration(secs: f64) -> Duration {
         Duration::ZERO
     } else {
         Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    }
+}
+
+/// Seconds, as every duration the crate shows in a `Debug` is printed:
+/// `0.25s`, whatever its size.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) struct Secs(pub(crate) f64);
+
+impl From<Duration> for Secs {
+    fn from(d: Duration) -> Self {
+        Secs(d.as_secs_f64())
+    }
+}
+
+impl Secs {
+    /// An optional duration, in seconds.
+    pub(crate) fn opt(d: Option<Duration>) -> Option<Secs> {
+        d.map(Secs::from)
+    }
+}
+
+impl fmt::Debug for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}s", self.0)
     }
 }

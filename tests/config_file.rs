@@ -126,20 +126,14 @@ fn unknown_fields_and_wrong_types_are_refused() {
 #[tokio::test(start_paused = true)]
 async fn a_slot_of_the_same_policy_inherits_the_configurations_fields() {
     // max_delay 1 s comes from the top level; the slot only changes the target.
-    let file = ConfigFile {
-        policy: Some("scrapy".into()),
-        start_delay: Some(3.0),
-        max_delay: Some(1.0),
-        slots: [(
-            "a".to_owned(),
-            SlotFile {
-                target_concurrency: Some(4.0),
-                ..SlotFile::default()
-            },
-        )]
-        .into(),
-        ..ConfigFile::default()
-    };
+    // Both structs are `#[non_exhaustive]`: built from their defaults.
+    let mut slot = SlotFile::default();
+    slot.target_concurrency = Some(4.0);
+    let mut file = ConfigFile::default();
+    file.policy = Some("scrapy".into());
+    file.start_delay = Some(3.0);
+    file.max_delay = Some(1.0);
+    file.slots = [("a".to_owned(), slot)].into();
     let layer = AutoThrottleLayer::new(file.build().unwrap());
     let recorder = Recorder::default();
     let mut svc = layer.layer(server(recorder.clone()));

@@ -48,7 +48,7 @@ fn policies() -> Vec<(Box<dyn MakePolicy>, f64, f64, usize)> {
         ),
         (Box::new(Aimd::default()), 0.0, 0.0, 200),
         (
-            Box::new(Aimd::default().min_limit(1).max_limit(5)),
+            Box::new(Aimd::default().min_concurrency(1).max_concurrency(5)),
             0.0,
             0.0,
             5,
@@ -57,8 +57,8 @@ fn policies() -> Vec<(Box<dyn MakePolicy>, f64, f64, usize)> {
         (
             Box::new(
                 Vegas::default()
-                    .initial_limit(1)
-                    .max_limit(7)
+                    .initial_concurrency(1)
+                    .max_concurrency(7)
                     .smoothing(0.3),
             ),
             0.0,
@@ -67,7 +67,7 @@ fn policies() -> Vec<(Box<dyn MakePolicy>, f64, f64, usize)> {
         ),
         (Box::new(Gradient2::default()), 0.0, 0.0, 200),
         (
-            Box::new(Gradient2::default().min_limit(1).max_limit(9)),
+            Box::new(Gradient2::default().min_concurrency(1).max_concurrency(9)),
             0.0,
             0.0,
             9,

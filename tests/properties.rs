@@ -56,7 +56,8 @@ proptest! {
                 prop_assert!(valid_for <= max);
                 prop_assert!(spacing <= valid_for);
             }
-            Ok(None) | Err(_) => {}
+            // `RateLimit` is `#[non_exhaustive]`.
+            _ => {}
         }
     }
 
@@ -161,21 +162,30 @@ fn make(kind: usize, a: f64, b: f64, n: usize) -> (Box<dyn MakePolicy>, f64, usi
             n,
         ),
         4 => (
-            Box::new(Aimd::default().min_limit(1).max_limit(n).initial_limit(n)),
+            Box::new(
+                Aimd::default()
+                    .min_concurrency(1)
+                    .max_concurrency(n)
+                    .initial_concurrency(n),
+            ),
             0.0,
             n,
         ),
         5 => (
-            Box::new(Vegas::default().max_limit(n).initial_limit(1 + n / 2)),
+            Box::new(
+                Vegas::default()
+                    .max_concurrency(n)
+                    .initial_concurrency(1 + n / 2),
+            ),
             0.0,
             n,
         ),
         _ => (
             Box::new(
                 Gradient2::default()
-                    .min_limit(1)
-                    .max_limit(n)
-                    .initial_limit(n),
+                    .min_concurrency(1)
+                    .max_concurrency(n)
+                    .initial_concurrency(n),
             ),
             0.0,
             n,

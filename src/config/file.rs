@@ -46,9 +46,9 @@
 //! | `min_delay` | `DOWNLOAD_DELAY` | all but scrapy-2012 |
 //! | `max_delay` | `AUTOTHROTTLE_MAX_DELAY` | adaptive, scrapy |
 //! | `target_concurrency` | `AUTOTHROTTLE_TARGET_CONCURRENCY` | scrapy |
-//! | `max_concurrency` | `CONCURRENT_REQUESTS_PER_DOMAIN` | all (the Netflix policies' `max_limit`) |
-//! | `initial_concurrency` | | adaptive, aimd, vegas, gradient2 (`initial_limit`) |
-//! | `min_concurrency` | | aimd, gradient2 (`min_limit`) |
+//! | `max_concurrency` | `CONCURRENT_REQUESTS_PER_DOMAIN` | all |
+//! | `initial_concurrency` | | adaptive, aimd, vegas, gradient2 |
+//! | `min_concurrency` | | aimd, gradient2 |
 //! | `check_period` | | scrapy-2012 |
 //! | `backoff_ratio`, `timeout` | | aimd |
 //! | `smoothing` | | vegas, gradient2 |
@@ -79,222 +79,181 @@ use crate::error::ConfigError;
 use crate::key::KeyStrategy;
 use crate::policy::{Adaptive, Aimd, Gradient2, MakePolicy, Scrapy, Scrapy2012, Vegas};
 
-/// The configuration as a file spells it; see the [module documentation](self).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct ConfigFile {
-    /// The policy's name: `adaptive` (the default), `scrapy`, `scrapy-2012`,
-    /// `aimd`, `vegas` or `gradient2`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_delay: Option<f64>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_delay: Option<f64>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_delay: Option<f64>,
-    /// Requests the `scrapy` policy aims to have in flight.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target_concurrency: Option<f64>,
-    /// The limit a slot starts with.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub initial_concurrency: Option<usize>,
-    /// The lowest limit (`aimd`, `gradient2`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_concurrency: Option<usize>,
-    /// The highest limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_concurrency: Option<usize>,
-    /// Responses per adjustment window (`scrapy-2012`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub check_period: Option<usize>,
-    /// The limit's factor on a drop (`aimd`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backoff_ratio: Option<f64>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<f64>,
-    /// The limit's smoothing factor (`vegas`, `gradient2`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub smoothing: Option<f64>,
-    /// How often `vegas` probes for a new base latency.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub probe_multiplier: Option<usize>,
-    /// The queue `gradient2` allows for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_size: Option<usize>,
-    /// The long latency window of `gradient2`, in samples.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub long_window: Option<usize>,
-    /// The latency growth `gradient2` tolerates.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rtt_tolerance: Option<f64>,
-    /// Log every adjustment at `INFO` level.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub debug: Option<bool>,
-    /// Bound on requests queued plus in flight, over all slots.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_pending: Option<usize>,
-    /// Randomization of each wait, in `[0, 1]`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub jitter: Option<f64>,
-    /// Seed of the jitter.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub seed: Option<u64>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_retry_after: Option<f64>,
-    /// `authority` (the default), `host`, `registrable-domain` or `resolved-ip`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub key_strategy: Option<String>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dns_ttl: Option<f64>,
-    /// Resolutions kept at most.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dns_cache_size: Option<usize>,
-    /// Seconds.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idle_timeout: Option<f64>,
-    /// Slots kept at most.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_slots: Option<usize>,
-    /// Per-slot settings, by exact key or pattern (see [`SlotSettings`](crate::SlotSettings)).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub slots: BTreeMap<String, SlotFile>,
-}
-
-/// One entry of [`ConfigFile::slots`] (Scrapy's `DOWNLOAD_SLOTS`).
-///
-/// `start_delay`, `min_delay`, `max_delay` and `max_concurrency` are the
-/// [`SlotSettings`] of the same names: a start delay and bounds on top of
-/// the slot's policy. Scrapy's `delay` is `start_delay` (add `min_delay` to
-/// keep the slot from going faster), its `concurrency` is
-/// `max_concurrency`. With `policy` or any other policy field, the slot runs
-/// a policy of its own: the named one (or the configuration's) with the
-/// configuration's policy fields when it is the same policy, then this
-/// entry's.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct SlotFile {
-    /// The slot's own policy, by name.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub policy: Option<String>,
-    /// Seconds the slot starts from.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_delay: Option<f64>,
-    /// Seconds the slot's delay never goes below.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_delay: Option<f64>,
-    /// Seconds the policy's delay is cut to.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_delay: Option<f64>,
-    /// The slot's cap on requests in flight.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_concurrency: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub target_concurrency: Option<f64>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub initial_concurrency: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_concurrency: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub check_period: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backoff_ratio: Option<f64>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<f64>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub smoothing: Option<f64>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub probe_multiplier: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_size: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub long_window: Option<usize>,
-    /// As in [`ConfigFile`], for the slot's own policy.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rtt_tolerance: Option<f64>,
-}
-
-/// A policy's fields, as given.
-#[derive(Clone, Copy, Debug, Default)]
-struct Params {
-    start_delay: Option<f64>,
-    min_delay: Option<f64>,
-    max_delay: Option<f64>,
-    target_concurrency: Option<f64>,
-    initial_concurrency: Option<usize>,
-    min_concurrency: Option<usize>,
-    max_concurrency: Option<usize>,
-    check_period: Option<usize>,
-    backoff_ratio: Option<f64>,
-    timeout: Option<f64>,
-    smoothing: Option<f64>,
-    probe_multiplier: Option<usize>,
-    queue_size: Option<usize>,
-    long_window: Option<usize>,
-    rtt_tolerance: Option<f64>,
-}
-
-impl Params {
-    /// `self`, with `other`'s fields where it has them.
-    fn overlay(self, other: Params) -> Params {
-        macro_rules! pick {
-            ($($f:ident),*) => { Params { $($f: other.$f.or(self.$f)),* } };
+/// Writes the file's structs from one list of the policy fields:
+/// [`ConfigFile`] (the policy's name, its fields, then the layer's),
+/// [`SlotFile`] (the slot's own policy's name and its fields), and `Params`
+/// (the policy fields alone, as one policy sees them), with what moves
+/// fields between them.
+macro_rules! file_structs {
+    (
+        policy fields {
+            $( $(#[doc = $pdoc:expr])* $pf:ident: $pt:ty, )*
         }
-        pick!(
-            start_delay,
-            min_delay,
-            max_delay,
-            target_concurrency,
-            initial_concurrency,
-            min_concurrency,
-            max_concurrency,
-            check_period,
-            backoff_ratio,
-            timeout,
-            smoothing,
-            probe_multiplier,
-            queue_size,
-            long_window,
-            rtt_tolerance
-        )
+        $(#[$cmeta:meta])*
+        pub struct ConfigFile {
+            $( $(#[$cfmeta:meta])* $cf:ident: $ct:ty, )*
+        }
+        $(#[$smeta:meta])*
+        pub struct SlotFile;
+    ) => {
+        $(#[$cmeta])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct ConfigFile {
+            /// The policy's name: `adaptive` (the default), `scrapy`,
+            /// `scrapy-2012`, `aimd`, `vegas` or `gradient2`.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub policy: Option<String>,
+            $(
+                $(#[doc = $pdoc])*
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $pf: Option<$pt>,
+            )*
+            $( $(#[$cfmeta])* pub $cf: $ct, )*
+        }
+
+        $(#[$smeta])*
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        #[non_exhaustive]
+        pub struct SlotFile {
+            /// The slot's own policy, by name.
+            #[serde(skip_serializing_if = "Option::is_none")]
+            pub policy: Option<String>,
+            $(
+                $(#[doc = $pdoc])*
+                #[serde(skip_serializing_if = "Option::is_none")]
+                pub $pf: Option<$pt>,
+            )*
+        }
+
+        /// A policy's fields, as given.
+        #[derive(Clone, Copy, Debug, Default)]
+        struct Params {
+            $( $pf: Option<$pt>, )*
+        }
+
+        impl Params {
+            /// `self`, with `other`'s fields where it has them.
+            fn overlay(self, other: Params) -> Params {
+                Params { $( $pf: other.$pf.or(self.$pf), )* }
+            }
+
+            /// Each field's name, and whether it is set.
+            fn set(&self) -> Vec<(&'static str, bool)> {
+                vec![ $( (stringify!($pf), self.$pf.is_some()), )* ]
+            }
+        }
+
+        impl ConfigFile {
+            fn params(&self) -> Params {
+                Params { $( $pf: self.$pf, )* }
+            }
+        }
+
+        impl SlotFile {
+            /// The entry's policy fields, with the four it takes as bounds
+            /// (`start_delay`, `min_delay`, `max_delay`, `max_concurrency`)
+            /// left out.
+            fn params(&self) -> Params {
+                Params {
+                    start_delay: None,
+                    min_delay: None,
+                    max_delay: None,
+                    max_concurrency: None,
+                    ..Params { $( $pf: self.$pf, )* }
+                }
+            }
+        }
+    };
+}
+
+file_structs! {
+    policy fields {
+        /// Seconds a slot starts from (in a [`SlotFile`], its own start).
+        start_delay: f64,
+        /// Seconds the delay never goes below.
+        min_delay: f64,
+        /// Seconds the policy's delay is cut to.
+        max_delay: f64,
+        /// Requests the `scrapy` policy aims to have in flight.
+        target_concurrency: f64,
+        /// The limit a slot starts with.
+        initial_concurrency: usize,
+        /// The lowest limit (`aimd`, `gradient2`).
+        min_concurrency: usize,
+        /// The highest limit (in a [`SlotFile`], the slot's cap).
+        max_concurrency: usize,
+        /// Responses per adjustment window (`scrapy-2012`).
+        check_period: usize,
+        /// The limit's factor on a drop (`aimd`).
+        backoff_ratio: f64,
+        /// Seconds after which a response counts as a drop (`aimd`).
+        timeout: f64,
+        /// The limit's smoothing factor (`vegas`, `gradient2`).
+        smoothing: f64,
+        /// How often `vegas` probes for a new base latency.
+        probe_multiplier: usize,
+        /// The queue `gradient2` allows for.
+        queue_size: usize,
+        /// The long latency window of `gradient2`, in samples.
+        long_window: usize,
+        /// The latency growth `gradient2` tolerates.
+        rtt_tolerance: f64,
     }
 
-    /// Each field's name, and whether it is set.
-    fn set(&self) -> [(&'static str, bool); 15] {
-        [
-            ("start_delay", self.start_delay.is_some()),
-            ("min_delay", self.min_delay.is_some()),
-            ("max_delay", self.max_delay.is_some()),
-            ("target_concurrency", self.target_concurrency.is_some()),
-            ("initial_concurrency", self.initial_concurrency.is_some()),
-            ("min_concurrency", self.min_concurrency.is_some()),
-            ("max_concurrency", self.max_concurrency.is_some()),
-            ("check_period", self.check_period.is_some()),
-            ("backoff_ratio", self.backoff_ratio.is_some()),
-            ("timeout", self.timeout.is_some()),
-            ("smoothing", self.smoothing.is_some()),
-            ("probe_multiplier", self.probe_multiplier.is_some()),
-            ("queue_size", self.queue_size.is_some()),
-            ("long_window", self.long_window.is_some()),
-            ("rtt_tolerance", self.rtt_tolerance.is_some()),
-        ]
+    /// The configuration as a file spells it; see the [module documentation](self).
+    ///
+    /// Build one from a format (`toml::from_str`, `serde_json::from_str`) or
+    /// from [`ConfigFile::default`], setting its fields.
+    pub struct ConfigFile {
+        /// Log every adjustment at `INFO` level.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        debug: Option<bool>,
+        /// Bound on requests queued plus in flight, over all slots.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_pending: Option<usize>,
+        /// Randomization of each wait, in `[0, 1]`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        jitter: Option<f64>,
+        /// Seed of the jitter.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seed: Option<u64>,
+        /// Seconds.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_retry_after: Option<f64>,
+        /// `authority` (the default), `host`, `registrable-domain` or `resolved-ip`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        key_strategy: Option<String>,
+        /// Seconds.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dns_ttl: Option<f64>,
+        /// Resolutions kept at most.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dns_cache_size: Option<usize>,
+        /// Seconds.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        idle_timeout: Option<f64>,
+        /// Slots kept at most.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_slots: Option<usize>,
+        /// Per-slot settings, by exact key or pattern (see [`SlotSettings`](crate::SlotSettings)).
+        #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+        slots: BTreeMap<String, SlotFile>,
     }
+
+    /// One entry of [`ConfigFile::slots`] (Scrapy's `DOWNLOAD_SLOTS`).
+    ///
+    /// `start_delay`, `min_delay`, `max_delay` and `max_concurrency` are the
+    /// [`SlotSettings`] of the same names: a start delay and bounds on top of
+    /// the slot's policy. Scrapy's `delay` is `start_delay` (add `min_delay` to
+    /// keep the slot from going faster), its `concurrency` is
+    /// `max_concurrency`. With `policy` or any other policy field, the slot runs
+    /// a policy of its own: the named one (or the configuration's) with the
+    /// configuration's policy fields when it is the same policy, then this
+    /// entry's.
+    pub struct SlotFile;
 }
 
 /// Seconds, checked, for field `field`.
@@ -358,24 +317,24 @@ fn policy(name: &str, p: &Params) -> Result<Arc<dyn MakePolicy>, ConfigError> {
             max_concurrency => |x, v| x.max_concurrency(v),
         }),
         Aimd::NAME => build!(Aimd::default(), {
-            initial_concurrency => |x, v| x.initial_limit(v),
-            min_concurrency => |x, v| x.min_limit(v),
-            max_concurrency => |x, v| x.max_limit(v),
+            initial_concurrency => |x, v| x.initial_concurrency(v),
+            min_concurrency => |x, v| x.min_concurrency(v),
+            max_concurrency => |x, v| x.max_concurrency(v),
             backoff_ratio => |x, v| x.backoff_ratio(v),
             timeout => |x, v| x.timeout_secs(v),
             min_delay => |x, v| x.min_delay_secs(v),
         }),
         Vegas::NAME => build!(Vegas::default(), {
-            initial_concurrency => |x, v| x.initial_limit(v),
-            max_concurrency => |x, v| x.max_limit(v),
+            initial_concurrency => |x, v| x.initial_concurrency(v),
+            max_concurrency => |x, v| x.max_concurrency(v),
             smoothing => |x, v| x.smoothing(v),
             probe_multiplier => |x, v| x.probe_multiplier(v),
             min_delay => |x, v| x.min_delay_secs(v),
         }),
         Gradient2::NAME => build!(Gradient2::default(), {
-            initial_concurrency => |x, v| x.initial_limit(v),
-            min_concurrency => |x, v| x.min_limit(v),
-            max_concurrency => |x, v| x.max_limit(v),
+            initial_concurrency => |x, v| x.initial_concurrency(v),
+            min_concurrency => |x, v| x.min_concurrency(v),
+            max_concurrency => |x, v| x.max_concurrency(v),
             smoothing => |x, v| x.smoothing(v),
             queue_size => |x, v| x.queue_size(v),
             long_window => |x, v| x.long_window(v),
@@ -411,26 +370,6 @@ fn refuse_others(name: &str, p: &Params, used: &[&'static str]) -> Result<(), Co
 }
 
 impl ConfigFile {
-    fn params(&self) -> Params {
-        Params {
-            start_delay: self.start_delay,
-            min_delay: self.min_delay,
-            max_delay: self.max_delay,
-            target_concurrency: self.target_concurrency,
-            initial_concurrency: self.initial_concurrency,
-            min_concurrency: self.min_concurrency,
-            max_concurrency: self.max_concurrency,
-            check_period: self.check_period,
-            backoff_ratio: self.backoff_ratio,
-            timeout: self.timeout,
-            smoothing: self.smoothing,
-            probe_multiplier: self.probe_multiplier,
-            queue_size: self.queue_size,
-            long_window: self.long_window,
-            rtt_tolerance: self.rtt_tolerance,
-        }
-    }
-
     /// Checks the file's settings into a [`Config`].
     ///
     /// # Errors
@@ -492,26 +431,6 @@ impl ConfigFile {
 }
 
 impl SlotFile {
-    fn params(&self) -> Params {
-        Params {
-            start_delay: None,
-            min_delay: None,
-            max_delay: None,
-            target_concurrency: self.target_concurrency,
-            initial_concurrency: self.initial_concurrency,
-            min_concurrency: self.min_concurrency,
-            max_concurrency: None,
-            check_period: self.check_period,
-            backoff_ratio: self.backoff_ratio,
-            timeout: self.timeout,
-            smoothing: self.smoothing,
-            probe_multiplier: self.probe_multiplier,
-            queue_size: self.queue_size,
-            long_window: self.long_window,
-            rtt_tolerance: self.rtt_tolerance,
-        }
-    }
-
     /// The entry as [`SlotSettings`], given the configuration's policy name
     /// and fields.
     fn settings(&self, default: &str, defaults: &Params) -> Result<SlotSettings, ConfigError> {

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use http::request::Parts;
 
+use crate::builder::setters;
 use crate::error::ConfigError;
 use crate::key::{KeyFn, KeyStrategy, Resolve, SlotKey, SystemResolver};
 use crate::policy::{Adaptive, MakePolicy, Outcome};
 use crate::signals::ErrorClassifier;
+use crate::time::Secs;
 
 #[cfg(feature = "serde")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
@@ -98,7 +100,7 @@ impl fmt::Debug for Config {
             .field("key_fn", &self.key_fn.as_ref().map(|_| "Fn(&Parts)"))
             .field("max_pending", &self.max_pending)
             .field("debug", &self.debug)
-            .field("max_retry_after", &self.max_retry_after)
+            .field("max_retry_after", &Secs::from(self.max_retry_after))
             .field("jitter", &self.jitter)
             .field("seed", &self.seed)
             .field(
@@ -106,9 +108,9 @@ impl fmt::Debug for Config {
                 &self.classifier.as_ref().map(|_| "Fn(&dyn Error)"),
             )
             .field("key_strategy", &self.key_strategy)
-            .field("dns_ttl", &self.dns_ttl)
+            .field("dns_ttl", &Secs::from(self.dns_ttl))
             .field("dns_cache_size", &self.dns_cache_size)
-            .field("idle_timeout", &self.idle_timeout)
+            .field("idle_timeout", &Secs::from(self.idle_timeout))
             .field("max_slots", &self.max_slots)
             .field("slot_settings", &self.overrides)
             .field("fleet", &self.coordinator)
@@ -118,6 +120,7 @@ impl fmt::Debug for Config {
 
 impl Config {
     /// Starts from the defaults.
+    #[must_use]
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder {
             config: Config::default(),
@@ -127,21 +130,25 @@ impl Config {
     }
 
     /// The policy that makes each slot's delay and limit.
+    #[must_use]
     pub fn policy(&self) -> &dyn MakePolicy {
         &*self.policy
     }
 
     /// The bound on requests queued plus in flight over all slots, if any.
+    #[must_use]
     pub fn max_pending(&self) -> Option<usize> {
         self.max_pending
     }
 
     /// Whether every adjustment is logged at `INFO` level.
+    #[must_use]
     pub fn debug(&self) -> bool {
         self.debug
     }
 
     /// The longest pause a `Retry-After` may impose.
+    #[must_use]
     pub fn max_retry_after(&self) -> Duration {
         self.max_retry_after
     }
@@ -163,7 +170,7 @@ impl Config {
 /// let bad = Config::builder().policy(Scrapy2012::default().check_period(0)).build();
 /// assert_eq!(bad.unwrap_err().field(), "check_period");
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ConfigBuilder {
     pub(crate) config: Config,
     /// An error found by a setter that checks at once (an integration's),
@@ -172,8 +179,16 @@ pub struct ConfigBuilder {
     slots: Vec<(String, SlotSettings)>,
 }
 
+impl Default for ConfigBuilder {
+    /// The same as [`Config::builder`]: the defaults.
+    fn default() -> Self {
+        Config::builder()
+    }
+}
+
 impl ConfigBuilder {
     /// The policy each slot runs.
+    #[must_use]
     pub fn policy(mut self, policy: impl MakePolicy) -> Self {
         self.config.policy = Arc::new(policy);
         self
@@ -193,6 +208,7 @@ impl ConfigBuilder {
     ///     .build()
     ///     .unwrap();
     /// ```
+    #[must_use]
     pub fn key_fn<F>(mut self, f: F) -> Self
     where
         F: Fn(&Parts) -> Option<SlotKey> + Send + Sync + 'static,
@@ -201,47 +217,56 @@ impl ConfigBuilder {
         self
     }
 
-    /// Bounds the requests queued in slots plus those in flight, over all
-    /// slots (Scrapy's `CONCURRENT_REQUESTS`, which also counts queued ones).
-    /// When the bound is reached, `poll_ready` returns `Pending` until a
-    /// request finishes. Unbounded by default.
-    pub fn max_pending(mut self, max: usize) -> Self {
-        self.config.max_pending = Some(max);
-        self
-    }
-
-    /// Logs every adjustment at `INFO` level (Scrapy's `AUTOTHROTTLE_DEBUG`);
-    /// otherwise they are logged at `DEBUG` level.
-    pub fn debug(mut self, on: bool) -> Self {
-        self.config.debug = on;
-        self
-    }
-
-    /// The longest pause a `Retry-After` (or an exhausted `RateLimit`
-    /// quota) may impose; longer ones are cut to it. Default 10 minutes.
-    pub fn max_retry_after(mut self, max: Duration) -> Self {
-        self.config.max_retry_after = max;
-        self
-    }
-
-    /// Randomizes each wait between two requests of a slot to
-    /// `delay × (1 + U(-jitter, jitter))`, like Scrapy's
-    /// `DOWNLOAD_DELAY_JITTER`; `jitter` is in `[0, 1]`, and 0 (the default)
-    /// turns it off. Scrapy's `RANDOMIZE_DOWNLOAD_DELAY = True` is 0.5.
-    pub fn jitter(mut self, jitter: f64) -> Self {
-        self.config.jitter = jitter;
-        self
-    }
-
-    /// Seeds the jitter, so that runs can be reproduced.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.config.seed = seed;
-        self
+    setters! {
+        /// Bounds the requests queued in slots plus those in flight, over all
+        /// slots (Scrapy's `CONCURRENT_REQUESTS`, which also counts queued ones).
+        /// When the bound is reached, `poll_ready` returns `Pending` until a
+        /// request finishes. Unbounded by default.
+        pub fn max_pending(usize) => config.max_pending = Some;
+        /// Logs every adjustment at `INFO` level (Scrapy's `AUTOTHROTTLE_DEBUG`);
+        /// otherwise they are logged at `DEBUG` level.
+        pub fn debug(bool) => config.debug;
+        /// The longest pause a `Retry-After` (or an exhausted `RateLimit`
+        /// quota) may impose; longer ones are cut to it. Default 10 minutes.
+        pub fn max_retry_after(Duration) => config.max_retry_after;
+        /// Randomizes each wait between two requests of a slot to
+        /// `delay × (1 + U(-jitter, jitter))`, like Scrapy's
+        /// `DOWNLOAD_DELAY_JITTER`; `jitter` is in `[0, 1]`, and 0 (the default)
+        /// turns it off. Scrapy's `RANDOMIZE_DOWNLOAD_DELAY = True` is 0.5.
+        pub fn jitter(f64) => config.jitter;
+        /// Seeds the jitter, so that runs can be reproduced.
+        pub fn seed(u64) => config.seed;
+        /// How requests are grouped into slots when neither a
+        /// [`DownloadSlot`](crate::DownloadSlot) extension nor the key function
+        /// decides; see [`KeyStrategy`].
+        ///
+        /// ```
+        /// use tower_autothrottle::{Config, KeyStrategy};
+        ///
+        /// // One budget per registrable domain, as Crawlee does.
+        /// let config = Config::builder().key_strategy(KeyStrategy::RegistrableDomain).build().unwrap();
+        /// ```
+        pub fn key_strategy(KeyStrategy) => config.key_strategy;
+        /// How long a resolution is kept for [`KeyStrategy::ResolvedIp`]
+        /// (failures too: such a host is keyed by name meanwhile). Default 60 s.
+        pub fn dns_ttl(Duration) => config.dns_ttl;
+        /// How many resolutions are kept at most (Scrapy's `DNSCACHE_SIZE`);
+        /// beyond it the oldest go first. Default 10 000.
+        pub fn dns_cache_size(usize) => config.dns_cache_size;
+        /// How long a slot is kept, with what it learned, once nothing holds it
+        /// to its host (no request in flight or queued, no delay floor, no
+        /// running pause or delay). Default 5 minutes.
+        pub fn idle_timeout(Duration) => config.idle_timeout;
+        /// Bounds the slots kept: beyond it, the least recently used idle ones
+        /// are dropped early. Busy slots are never dropped, so the bound can be
+        /// passed while more hosts than it are busy at once. Default 100 000.
+        pub fn max_slots(usize) => config.max_slots;
     }
 
     /// Classifies the inner service's errors as overload (which lowers what
     /// the slot allows) or not; the default is
     /// [`classify_error`](crate::classify_error).
+    #[must_use]
     pub fn error_classifier<F>(mut self, f: F) -> Self
     where
         F: Fn(&(dyn Error + 'static)) -> Outcome + Send + Sync + 'static,
@@ -250,55 +275,11 @@ impl ConfigBuilder {
         self
     }
 
-    /// How requests are grouped into slots when neither a
-    /// [`DownloadSlot`](crate::DownloadSlot) extension nor the key function
-    /// decides; see [`KeyStrategy`].
-    ///
-    /// ```
-    /// use tower_autothrottle::{Config, KeyStrategy};
-    ///
-    /// // One budget per registrable domain, as Crawlee does.
-    /// let config = Config::builder().key_strategy(KeyStrategy::RegistrableDomain).build().unwrap();
-    /// ```
-    pub fn key_strategy(mut self, strategy: KeyStrategy) -> Self {
-        self.config.key_strategy = strategy;
-        self
-    }
-
     /// The resolver for [`KeyStrategy::ResolvedIp`]; the system's by
     /// default.
+    #[must_use]
     pub fn resolver(mut self, resolver: impl Resolve) -> Self {
         self.config.resolver = Arc::new(resolver);
-        self
-    }
-
-    /// How long a resolution is kept for [`KeyStrategy::ResolvedIp`]
-    /// (failures too: such a host is keyed by name meanwhile). Default 60 s.
-    pub fn dns_ttl(mut self, ttl: Duration) -> Self {
-        self.config.dns_ttl = ttl;
-        self
-    }
-
-    /// How many resolutions are kept at most (Scrapy's `DNSCACHE_SIZE`);
-    /// beyond it the oldest go first. Default 10 000.
-    pub fn dns_cache_size(mut self, entries: usize) -> Self {
-        self.config.dns_cache_size = entries;
-        self
-    }
-
-    /// How long a slot is kept, with what it learned, once nothing holds it
-    /// to its host (no request in flight or queued, no delay floor, no
-    /// running pause or delay). Default 5 minutes.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.config.idle_timeout = timeout;
-        self
-    }
-
-    /// Bounds the slots kept: beyond it, the least recently used idle ones
-    /// are dropped early. Busy slots are never dropped, so the bound can be
-    /// passed while more hosts than it are busy at once. Default 100 000.
-    pub fn max_slots(mut self, max: usize) -> Self {
-        self.config.max_slots = max;
         self
     }
 
@@ -306,6 +287,7 @@ impl ConfigBuilder {
     /// (Scrapy's `DOWNLOAD_SLOTS`); see [`SlotSettings`] for what they set
     /// and how patterns match. Setting the
     /// same pattern twice keeps the last settings.
+    #[must_use]
     pub fn slot(mut self, pattern: impl Into<String>, settings: SlotSettings) -> Self {
         self.slots.push((pattern.into(), settings));
         self

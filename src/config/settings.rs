@@ -2,12 +2,15 @@
 //! table of them in force, and the pattern matching.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::builder::setters;
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 use crate::policy::{Bounded, MakePolicy, Policy};
+use crate::time::Secs;
 
 /// Settings of one slot, or of the slots matching a pattern.
 ///
@@ -56,7 +59,7 @@ use crate::policy::{Bounded, MakePolicy, Policy};
 /// policy answers (its own state is left as it is) and apply under the
 /// layer's signals: a `Retry-After` pause or an overload backoff can still
 /// slow the slot below them.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct SlotSettings {
     policy: Option<Arc<dyn MakePolicy>>,
     start_delay: Option<Duration>,
@@ -67,43 +70,32 @@ pub struct SlotSettings {
 
 impl SlotSettings {
     /// Settings that change nothing yet.
+    #[must_use]
     pub fn new() -> Self {
         SlotSettings::default()
     }
 
     /// The policy of the slot, instead of the configuration's.
+    #[must_use]
     pub fn policy(mut self, policy: impl MakePolicy) -> Self {
         self.policy = Some(Arc::new(policy));
         self
     }
 
-    /// The delay the slot starts from (Scrapy's `DOWNLOAD_SLOTS` `delay`,
-    /// with AutoThrottle on). Only for policies that have one
-    /// ([`Adaptive`](crate::policy::Adaptive), [`Scrapy`](crate::policy::Scrapy),
-    /// [`Scrapy2012`](crate::policy::Scrapy2012)); with another policy the
-    /// settings are refused with a [`ConfigError`] for `start_delay`.
-    pub fn start_delay(mut self, delay: Duration) -> Self {
-        self.start_delay = Some(delay);
-        self
-    }
-
-    /// The slot's delay never goes below this.
-    pub fn min_delay(mut self, delay: Duration) -> Self {
-        self.min_delay = Some(delay);
-        self
-    }
-
-    /// The policy's delay is cut to this (signals may still exceed it).
-    pub fn max_delay(mut self, delay: Duration) -> Self {
-        self.max_delay = Some(delay);
-        self
-    }
-
-    /// The slot never has more than this many requests in flight (Scrapy's
-    /// `DOWNLOAD_SLOTS` `concurrency`).
-    pub fn max_concurrency(mut self, max: usize) -> Self {
-        self.max_concurrency = Some(max);
-        self
+    setters! {
+        /// The delay the slot starts from (Scrapy's `DOWNLOAD_SLOTS` `delay`,
+        /// with AutoThrottle on). Only for policies that have one
+        /// ([`Adaptive`](crate::policy::Adaptive), [`Scrapy`](crate::policy::Scrapy),
+        /// [`Scrapy2012`](crate::policy::Scrapy2012)); with another policy the
+        /// settings are refused with a [`ConfigError`] for `start_delay`.
+        pub fn start_delay(Duration) => start_delay = Some;
+        /// The slot's delay never goes below this.
+        pub fn min_delay(Duration) => min_delay = Some;
+        /// The policy's delay is cut to this (signals may still exceed it).
+        pub fn max_delay(Duration) => max_delay = Some;
+        /// The slot never has more than this many requests in flight (Scrapy's
+        /// `DOWNLOAD_SLOTS` `concurrency`).
+        pub fn max_concurrency(usize) => max_concurrency = Some;
     }
 
     /// Checks the settings against the configuration's policy, and returns
@@ -145,6 +137,18 @@ impl SlotSettings {
         } else {
             policy
         })
+    }
+}
+
+impl fmt::Debug for SlotSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotSettings")
+            .field("policy", &self.policy)
+            .field("start_delay", &Secs::opt(self.start_delay))
+            .field("min_delay", &Secs::opt(self.min_delay))
+            .field("max_delay", &Secs::opt(self.max_delay))
+            .field("max_concurrency", &self.max_concurrency)
+            .finish()
     }
 }
 

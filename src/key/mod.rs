@@ -63,6 +63,7 @@ impl SlotKey {
 
     /// The slot used for requests that carry neither an authority in their
     /// URI nor a usable `Host` header.
+    #[must_use]
     pub fn fallback() -> Self {
         SlotKey::new(FALLBACK)
     }
@@ -88,6 +89,7 @@ impl SlotKey {
     }
 
     /// The key's text.
+    #[must_use]
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -208,6 +210,7 @@ impl SlotKey {
     /// use tower_autothrottle::SlotKey;
     /// assert_eq!(SlotKey::host("WWW.Example.COM.").as_str(), "www.example.com");
     /// ```
+    #[must_use]
     pub fn host(host: &str) -> Self {
         SlotKey::new(normalize_host(host))
     }
@@ -222,6 +225,7 @@ impl SlotKey {
     /// assert_eq!(SlotKey::registrable_domain("localhost").as_str(), "localhost");
     /// assert_eq!(SlotKey::registrable_domain("10.0.0.1").as_str(), "10.0.0.1");
     /// ```
+    #[must_use]
     pub fn registrable_domain(host: &str) -> Self {
         let host = normalize_host(host);
         if ip_literal(&host).is_some() {
@@ -234,6 +238,7 @@ impl SlotKey {
     }
 
     /// The key of an address: `93.184.216.34`, or `[2001:db8::1]`.
+    #[must_use]
     pub fn ip(addr: std::net::IpAddr) -> Self {
         match addr {
             std::net::IpAddr::V4(v4) => SlotKey::new(v4.to_string()),

@@ -1,178 +1,109 @@
 //! The crate's own policy: finds a host's capacity and keeps its queue near
 //! empty, adapting both concurrency and delay.
 
-use std::time::Duration;
-
-use super::{MakePolicy, Outcome, Policy, Sample, Throttle};
+use super::params::policy_params;
+use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 
-/// The default policy: it finds how many requests a host serves at once,
-/// keeps the host's queue near empty, backs off at once on overload and
-/// climbs back when the host recovers.
-///
-/// # How it works
-///
-/// The policy watches the server through its latency. While fewer requests
-/// are in flight than the host has workers, latency stays at its *base*
-/// (the no-load latency); beyond that the extra requests queue, and every
-/// request waits longer. With `n` requests in flight and latencies `ratio`
-/// times the base, about `q = n × (1 − 1/ratio)` requests wait in the
-/// server's queue (TCP Vegas's estimate, with the *measured* in-flight
-/// count, so that an idle client never reads as a loaded server), and the
-/// host serves about `n / ratio` at once.
-///
-/// **Rounds.** Responses are taken in rounds of about one round trip:
-/// `max(2, L/2)` responses in slow start, `L` (8 to 256) after. After a
-/// change of the limit, the responses of the requests already in flight
-/// are skipped: they were sent under the old limit.
-///
-/// **Level, noise and base.** A round is summed up by its lower quartile
-/// (its *level*): queueing delays every request, while the noise of
-/// service times mostly widens the top of the distribution. The gap
-/// between the round's median and its level gives the noise, so the
-/// *tolerance* is two standard errors of a level (at least 2 %; until a
-/// round of four has measured the noise, a spread of 10 % is assumed):
-/// latencies
-/// within it of the base are no queue. The base is the level of the first
-/// round, or of any round with at most one request in flight (no queue of
-/// ours can exist then), and otherwise follows queue-free rounds (an
-/// average with weight 1/5), as does the noise: a queue would widen the
-/// spread and hide itself.
-///
-/// **Slow start.** From `initial_concurrency`, the limit doubles every
-/// round whose level is within the tolerance, provided at least half of
-/// it was in use. The first round with a queue ends slow start and cuts the
-/// limit to the estimated capacity `n / ratio`.
-///
-/// **Steady state.** A round beyond the tolerance with more than half a
-/// request queued cuts the limit to `n / ratio` (never raises it). A round
-/// within half the tolerance, with half the limit in use, raises it: by
-/// half while below half the limit of the last cut (quick recovery after a
-/// capacity drop); beyond, by a step that starts at one and doubles with
-/// every clean round in a row, at most half the limit (a host far from its
-/// capacity is reached fast, one near it carefully). Any other round
-/// resets the step to one.
-///
-/// **Early exit.** Once each of the last four responses took twice the base
-/// (1.25 times in slow start, as TCP's HyStart), and more than 1.5
-/// standard errors of such a small round above it, and (after slow start)
-/// more than no-load latencies reach one time in ten (the 90th percentile
-/// of queue-free rounds, relative to their level: heavy tails then do not
-/// pass for a capacity drop), the round ends at once and is judged on those
-/// four: a capacity drop is acted on within four responses.
-///
-/// **Overload** (a 429 or 503, a timeout, a refused connection; the layer
-/// passes on only the first of a burst) halves the limit at once and ends
-/// slow start. The layer's own backoff and `Retry-After` handling act on
-/// top, whatever the policy (see the crate documentation).
-///
-/// **Delay.** The delay paces a round's requests over half the median
-/// latency, `median / (2 L)`, within `[min_delay, max_delay]`: it never
-/// binds when the limit does, but spreads the burst a raised limit would
-/// otherwise send at once; below a millisecond (the timer's resolution,
-/// where a wait would cap the host at 1000 requests a second) there is no
-/// pacing. A new slot starts at `start_delay` (raised to `min_delay`).
-///
-/// Zero or non-finite latencies and ignored outcomes (other 5xx, errors
-/// that say nothing about load) change nothing.
-///
-/// On the simulator (`cargo run --release --example simulate`) it keeps
-/// within 10 % of the best fixed concurrency with a queue under one
-/// request on servers with moderate latency noise; on very noisy (Pareto)
-/// servers and on slow but unbounded ones it is more cautious than the
-/// best fixed concurrency: see the README's scoreboard.
-///
-/// | parameter | default |
-/// |---|---|
-/// | `start_delay` | 0 |
-/// | `min_delay` | 0 |
-/// | `max_delay` | 60 s |
-/// | `initial_concurrency` | 1 |
-/// | `max_concurrency` | 64 |
-#[derive(Clone, Debug, PartialEq)]
-pub struct Adaptive {
-    start_delay: f64,
-    min_delay: f64,
-    max_delay: f64,
-    initial_concurrency: usize,
-    max_concurrency: usize,
-}
-
-impl Default for Adaptive {
-    fn default() -> Self {
-        Adaptive {
-            start_delay: 0.0,
-            min_delay: 0.0,
-            max_delay: 60.0,
-            initial_concurrency: 1,
-            max_concurrency: 64,
-        }
+policy_params! {
+    /// The default policy: it finds how many requests a host serves at once,
+    /// keeps the host's queue near empty, backs off at once on overload and
+    /// climbs back when the host recovers.
+    ///
+    /// # How it works
+    ///
+    /// The policy watches the server through its latency. While fewer requests
+    /// are in flight than the host has workers, latency stays at its *base*
+    /// (the no-load latency); beyond that the extra requests queue, and every
+    /// request waits longer. With `n` requests in flight and latencies `ratio`
+    /// times the base, about `q = n × (1 − 1/ratio)` requests wait in the
+    /// server's queue (TCP Vegas's estimate, with the *measured* in-flight
+    /// count, so that an idle client never reads as a loaded server), and the
+    /// host serves about `n / ratio` at once.
+    ///
+    /// **Rounds.** Responses are taken in rounds of about one round trip:
+    /// `max(2, L/2)` responses in slow start, `L` (8 to 256) after. After a
+    /// change of the limit, the responses of the requests already in flight
+    /// are skipped: they were sent under the old limit.
+    ///
+    /// **Level, noise and base.** A round is summed up by its lower quartile
+    /// (its *level*): queueing delays every request, while the noise of
+    /// service times mostly widens the top of the distribution. The gap
+    /// between the round's median and its level gives the noise, so the
+    /// *tolerance* is two standard errors of a level (at least 2 %; until a
+    /// round of four has measured the noise, a spread of 10 % is assumed):
+    /// latencies
+    /// within it of the base are no queue. The base is the level of the first
+    /// round, or of any round with at most one request in flight (no queue of
+    /// ours can exist then), and otherwise follows queue-free rounds (an
+    /// average with weight 1/5), as does the noise: a queue would widen the
+    /// spread and hide itself.
+    ///
+    /// **Slow start.** From `initial_concurrency`, the limit doubles every
+    /// round whose level is within the tolerance, provided at least half of
+    /// it was in use. The first round with a queue ends slow start and cuts the
+    /// limit to the estimated capacity `n / ratio`.
+    ///
+    /// **Steady state.** A round beyond the tolerance with more than half a
+    /// request queued cuts the limit to `n / ratio` (never raises it). A round
+    /// within half the tolerance, with half the limit in use, raises it: by
+    /// half while below half the limit of the last cut (quick recovery after a
+    /// capacity drop); beyond, by a step that starts at one and doubles with
+    /// every clean round in a row, at most half the limit (a host far from its
+    /// capacity is reached fast, one near it carefully). Any other round
+    /// resets the step to one.
+    ///
+    /// **Early exit.** Once each of the last four responses took twice the base
+    /// (1.25 times in slow start, as TCP's HyStart), and more than 1.5
+    /// standard errors of such a small round above it, and (after slow start)
+    /// more than no-load latencies reach one time in ten (the 90th percentile
+    /// of queue-free rounds, relative to their level: heavy tails then do not
+    /// pass for a capacity drop), the round ends at once and is judged on those
+    /// four: a capacity drop is acted on within four responses.
+    ///
+    /// **Overload** (a 429 or 503, a timeout, a refused connection; the layer
+    /// passes on only the first of a burst) halves the limit at once and ends
+    /// slow start. The layer's own backoff and `Retry-After` handling act on
+    /// top, whatever the policy (see the crate documentation).
+    ///
+    /// **Delay.** The delay paces a round's requests over half the median
+    /// latency, `median / (2 L)`, within `[min_delay, max_delay]`: it never
+    /// binds when the limit does, but spreads the burst a raised limit would
+    /// otherwise send at once; below a millisecond (the timer's resolution,
+    /// where a wait would cap the host at 1000 requests a second) there is no
+    /// pacing. A new slot starts at `start_delay` (raised to `min_delay`).
+    ///
+    /// Zero or non-finite latencies and ignored outcomes (other 5xx, errors
+    /// that say nothing about load) change nothing.
+    ///
+    /// On the simulator (`cargo run --release --example simulate`) it keeps
+    /// within 10 % of the best fixed concurrency with a queue under one
+    /// request on servers with moderate latency noise; on very noisy (Pareto)
+    /// servers and on slow but unbounded ones it is more cautious than the
+    /// best fixed concurrency: see the README's scoreboard.
+    ///
+    /// | parameter | default |
+    /// |---|---|
+    /// | `start_delay` | 0 |
+    /// | `min_delay` | 0 |
+    /// | `max_delay` | 60 s |
+    /// | `initial_concurrency` | 1 |
+    /// | `max_concurrency` | 64 |
+    pub struct Adaptive("adaptive") {
+        delays { start: 0.0, min: 0.0, max: 60.0, }
+        concurrency { initial: 1, max: 64, }
     }
 }
 
 impl Adaptive {
-    /// The name `replay --policy` knows this policy by (`default` works too).
-    pub const NAME: &'static str = "adaptive";
-
-    /// The delay of a new slot.
-    pub fn start_delay(self, d: Duration) -> Self {
-        self.start_delay_secs(d.as_secs_f64())
-    }
-    /// Like [`start_delay`](Self::start_delay), in seconds.
-    pub fn start_delay_secs(mut self, secs: f64) -> Self {
-        self.start_delay = secs;
-        self
-    }
-    /// The lowest delay.
-    pub fn min_delay(self, d: Duration) -> Self {
-        self.min_delay_secs(d.as_secs_f64())
-    }
-    /// Like [`min_delay`](Self::min_delay), in seconds.
-    pub fn min_delay_secs(mut self, secs: f64) -> Self {
-        self.min_delay = secs;
-        self
-    }
-    /// The highest delay.
-    pub fn max_delay(self, d: Duration) -> Self {
-        self.max_delay_secs(d.as_secs_f64())
-    }
-    /// Like [`max_delay`](Self::max_delay), in seconds.
-    pub fn max_delay_secs(mut self, secs: f64) -> Self {
-        self.max_delay = secs;
-        self
-    }
-    /// The concurrency of a new slot (at least 1).
-    pub fn initial_concurrency(mut self, n: usize) -> Self {
-        self.initial_concurrency = n;
-        self
-    }
-    /// The highest concurrency (at least 1).
-    pub fn max_concurrency(mut self, n: usize) -> Self {
-        self.max_concurrency = n;
-        self
-    }
-}
-
-impl MakePolicy for Adaptive {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-
-    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
-        Some(std::sync::Arc::new(self.clone().start_delay(delay)))
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        super::check_delays(self.start_delay, self.min_delay, self.max_delay)?;
-        if self.max_concurrency < 1 {
-            return Err(ConfigError::new("max_concurrency", "must be at least 1"));
-        }
-        if self.initial_concurrency < 1 || self.initial_concurrency > self.max_concurrency {
+    /// Checks the parameters beyond the bounds.
+    fn check(&self) -> Result<(), ConfigError> {
+        if self.initial_concurrency > self.max_concurrency {
             return Err(ConfigError::new(
                 "initial_concurrency",
                 format!(
-                    "must be between 1 and max_concurrency ({}), got {}",
+                    "must not be above max_concurrency ({}), got {}",
                     self.max_concurrency, self.initial_concurrency
                 ),
             ));
@@ -180,7 +111,8 @@ impl MakePolicy for Adaptive {
         Ok(())
     }
 
-    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+    /// A fresh state for the slot `key`.
+    fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
         let limit = self
             .initial_concurrency
             .clamp(1, self.max_concurrency.max(1)) as f64;
@@ -450,11 +382,9 @@ impl Policy for AdaptiveState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::ok;
+    use crate::policy::MakePolicy;
     use http::StatusCode;
-
-    fn ok(latency: f64, in_flight: usize) -> Sample {
-        Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
-    }
 
     fn feed(p: &mut Box<dyn Policy>, n: usize, latency: f64, in_flight: usize) -> Throttle {
         let mut t = p.throttle();

@@ -1,103 +1,44 @@
 //! Netflix's AIMD limit, per slot.
 
-use std::time::Duration;
-
-use super::{MakePolicy, Outcome, Policy, Sample, Throttle};
+use super::params::{policy_params, renamed_limits};
+use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 
-/// Additive increase, multiplicative decrease, as Netflix concurrency-limits'
-/// `AIMDLimit` (v0.5.4), with the delay held at `min_delay`.
-///
-/// On a drop (an overload outcome) or a latency above `timeout`, the limit
-/// becomes `floor(limit × backoff_ratio)`; on another sample, if at least
-/// half the limit was in flight, it grows by one. It is kept within
-/// `[min_limit, max_limit]`. Ignored outcomes change nothing.
-///
-/// | parameter | default |
-/// |---|---|
-/// | `initial_limit` | 20 |
-/// | `min_limit` | 20 |
-/// | `max_limit` | 200 |
-/// | `backoff_ratio` | 0.9 |
-/// | `timeout` | 5 s |
-/// | `min_delay` | 0 |
-#[derive(Clone, Debug, PartialEq)]
-pub struct Aimd {
-    initial_limit: usize,
-    min_limit: usize,
-    max_limit: usize,
-    backoff_ratio: f64,
-    timeout: f64,
-    min_delay: f64,
-}
-
-impl Default for Aimd {
-    fn default() -> Self {
-        Aimd {
-            initial_limit: 20,
-            min_limit: 20,
-            max_limit: 200,
-            backoff_ratio: 0.9,
-            timeout: 5.0,
-            min_delay: 0.0,
-        }
+policy_params! {
+    /// Additive increase, multiplicative decrease, as Netflix concurrency-limits'
+    /// `AIMDLimit` (v0.5.4), with the delay held at `min_delay`.
+    ///
+    /// On a drop (an overload outcome) or a latency above `timeout`, the limit
+    /// becomes `floor(limit × backoff_ratio)`; on another sample, if at least
+    /// half the limit was in flight, it grows by one. It is kept within
+    /// `[min_concurrency, max_concurrency]`. Ignored outcomes change nothing.
+    ///
+    /// | parameter | default |
+    /// |---|---|
+    /// | `initial_concurrency` | 20 |
+    /// | `min_concurrency` | 20 |
+    /// | `max_concurrency` | 200 |
+    /// | `backoff_ratio` | 0.9 |
+    /// | `timeout` | 5 s |
+    /// | `min_delay` | 0 |
+    pub struct Aimd("aimd") {
+        delays { min: 0.0, }
+        concurrency { initial: 20, min: 20, max: 200, }
+        /// The factor applied on a drop, in `[0.5, 1)`.
+        backoff_ratio: f64 = 0.9;
+        /// A latency above this counts as a drop.
+        timeout: f64 = 5.0, seconds timeout_secs;
     }
 }
 
 impl Aimd {
-    /// The name `replay --policy` knows this policy by.
-    pub const NAME: &'static str = "aimd";
-
-    /// The limit of a new slot.
-    pub fn initial_limit(mut self, limit: usize) -> Self {
-        self.initial_limit = limit;
-        self
-    }
-    /// The lowest limit (at least 1).
-    pub fn min_limit(mut self, limit: usize) -> Self {
-        self.min_limit = limit;
-        self
-    }
-    /// The highest limit.
-    pub fn max_limit(mut self, limit: usize) -> Self {
-        self.max_limit = limit;
-        self
-    }
-    /// The factor applied on a drop, in `[0.5, 1)`.
-    pub fn backoff_ratio(mut self, ratio: f64) -> Self {
-        self.backoff_ratio = ratio;
-        self
-    }
-    /// A latency above this counts as a drop.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.as_secs_f64();
-        self
-    }
-    /// Like [`timeout`](Self::timeout), in seconds.
-    pub fn timeout_secs(mut self, secs: f64) -> Self {
-        self.timeout = secs;
-        self
-    }
-    /// The delay, held constant.
-    pub fn min_delay(mut self, d: Duration) -> Self {
-        self.min_delay = d.as_secs_f64();
-        self
-    }
-    /// Like [`min_delay`](Self::min_delay), in seconds.
-    pub fn min_delay_secs(mut self, secs: f64) -> Self {
-        self.min_delay = secs;
-        self
-    }
+    renamed_limits!(initial_limit => initial_concurrency, min_limit => min_concurrency, max_limit => max_concurrency);
 }
 
-impl MakePolicy for Aimd {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        super::check_limits(self.initial_limit, self.min_limit, self.max_limit)?;
+impl Aimd {
+    /// Checks the parameters beyond the bounds.
+    fn check(&self) -> Result<(), ConfigError> {
         if !(0.5..1.0).contains(&self.backoff_ratio) {
             return Err(ConfigError::new(
                 "backoff_ratio",
@@ -107,12 +48,15 @@ impl MakePolicy for Aimd {
         if !(self.timeout.is_finite() && self.timeout > 0.0) {
             return Err(ConfigError::new("timeout", "must be positive"));
         }
-        super::check_min_delay(self.min_delay)
+        Ok(())
     }
 
-    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+    /// A fresh state for the slot `key`.
+    fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
         Box::new(AimdState {
-            limit: self.initial_limit.clamp(self.min_limit, self.max_limit),
+            limit: self
+                .initial_concurrency
+                .clamp(self.min_concurrency, self.max_concurrency),
             config: self.clone(),
         })
     }
@@ -142,7 +86,7 @@ impl Policy for AimdState {
         } else if sample.in_flight() * 2 >= limit {
             limit += 1;
         }
-        self.limit = limit.clamp(c.min_limit, c.max_limit);
+        self.limit = limit.clamp(c.min_concurrency, c.max_concurrency);
         self.throttle()
     }
 }
@@ -150,15 +94,14 @@ impl Policy for AimdState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::StatusCode;
-
-    fn ok(latency: f64, in_flight: usize) -> Sample {
-        Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
-    }
+    use crate::policy::ok;
+    use crate::policy::MakePolicy;
 
     #[test]
     fn hand_computed_sequence() {
-        let mut p = Aimd::default().min_limit(1).make_policy(&SlotKey::new("t"));
+        let mut p = Aimd::default()
+            .min_concurrency(1)
+            .make_policy(&SlotKey::new("t"));
         let limits: Vec<usize> = [
             ok(0.1, 10),                           // 10*2 >= 20: 21
             ok(0.1, 5),                            // 5*2 < 21: 21
@@ -179,7 +122,7 @@ mod tests {
         let t = p.on_sample(&Sample::error(0.0, Outcome::Overload));
         assert_eq!(t.concurrency(), 20);
         let mut p = Aimd::default()
-            .max_limit(21)
+            .max_concurrency(21)
             .make_policy(&SlotKey::new("t"));
         for _ in 0..5 {
             p.on_sample(&ok(0.1, 100));

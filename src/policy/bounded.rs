@@ -1,8 +1,11 @@
 //! Bounds on any policy's answer.
 
+use std::fmt;
 use std::time::Duration;
 
 use super::{Policy, Sample, Throttle};
+use crate::builder::setters;
+use crate::time::Secs;
 
 /// Clamps another policy's answers: the delay into `[min_delay, max_delay]`,
 /// the concurrency limit to at most `max_concurrency`.
@@ -26,7 +29,6 @@ use super::{Policy, Sample, Throttle};
 /// assert_eq!(t.delay(), Duration::from_secs(4)); // (5 + 1) / 2 = 3, raised to 4
 /// assert_eq!(t.concurrency(), 1);
 /// ```
-#[derive(Debug)]
 pub struct Bounded {
     inner: Box<dyn Policy>,
     min_delay: Duration,
@@ -36,6 +38,7 @@ pub struct Bounded {
 
 impl Bounded {
     /// Wraps `inner`, unbounded until bounds are set.
+    #[must_use]
     pub fn new(inner: Box<dyn Policy>) -> Self {
         Bounded {
             inner,
@@ -45,19 +48,15 @@ impl Bounded {
         }
     }
 
-    /// The delay is never below this.
-    pub fn min_delay(mut self, delay: Duration) -> Self {
-        self.min_delay = delay;
-        self
-    }
-
-    /// The delay is never above this (when it is at least `min_delay`).
-    pub fn max_delay(mut self, delay: Duration) -> Self {
-        self.max_delay = delay;
-        self
+    setters! {
+        /// The delay is never below this.
+        pub fn min_delay(Duration) => min_delay;
+        /// The delay is never above this (when it is at least `min_delay`).
+        pub fn max_delay(Duration) => max_delay;
     }
 
     /// The limit is never above this (and never below 1).
+    #[must_use]
     pub fn max_concurrency(mut self, max: usize) -> Self {
         self.max_concurrency = max.max(1);
         self
@@ -72,6 +71,17 @@ impl Bounded {
             .max(self.min_delay.as_secs_f64());
         let concurrency = throttle.concurrency().clamp(1, self.max_concurrency);
         Throttle::new(delay, concurrency)
+    }
+}
+
+impl fmt::Debug for Bounded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bounded")
+            .field("inner", &self.inner)
+            .field("min_delay", &Secs::from(self.min_delay))
+            .field("max_delay", &Secs::from(self.max_delay))
+            .field("max_concurrency", &self.max_concurrency)
+            .finish()
     }
 }
 

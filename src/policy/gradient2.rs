@@ -1,124 +1,60 @@
 //! Netflix's Gradient2 limit, per slot.
 
-use std::time::Duration;
-
-use super::{MakePolicy, Outcome, Policy, Sample, Throttle};
+use super::params::{policy_params, renamed_limits};
+use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 
-/// Gradient-based limit, as Netflix concurrency-limits' `Gradient2Limit`
-/// (v0.5.4), with the delay held at `min_delay`.
-///
-/// Each success: `long` is an exponential average of the latency
-/// (`α = 2 / (long_window + 1)`, after a plain mean over the first 10
-/// samples); when `long / latency > 2`, `long` is cut by 5 %. If fewer than
-/// half the limit were in flight, nothing else changes. Otherwise
-///
-/// ```text
-/// gradient = clamp(rtt_tolerance × long / latency, 0.5, 1)
-/// L = (1 − smoothing)·L + smoothing·(L·gradient + queue_size)
-/// ```
-///
-/// kept within `[min_limit, max_limit]`.
-///
-/// Netflix's Gradient2 ignores drops; this one does not: an overload
-/// multiplies the limit by 0.9 (AIMD's backoff), within the same bounds.
-///
-/// | parameter | default |
-/// |---|---|
-/// | `initial_limit` | 20 |
-/// | `min_limit` | 20 |
-/// | `max_limit` | 200 |
-/// | `smoothing` | 0.2 |
-/// | `queue_size` | 4 |
-/// | `long_window` | 600 |
-/// | `rtt_tolerance` | 1.5 |
-/// | `min_delay` | 0 |
-#[derive(Clone, Debug, PartialEq)]
-pub struct Gradient2 {
-    initial_limit: usize,
-    min_limit: usize,
-    max_limit: usize,
-    smoothing: f64,
-    queue_size: usize,
-    long_window: usize,
-    rtt_tolerance: f64,
-    min_delay: f64,
-}
-
-impl Default for Gradient2 {
-    fn default() -> Self {
-        Gradient2 {
-            initial_limit: 20,
-            min_limit: 20,
-            max_limit: 200,
-            smoothing: 0.2,
-            queue_size: 4,
-            long_window: 600,
-            rtt_tolerance: 1.5,
-            min_delay: 0.0,
-        }
+policy_params! {
+    /// Gradient-based limit, as Netflix concurrency-limits' `Gradient2Limit`
+    /// (v0.5.4), with the delay held at `min_delay`.
+    ///
+    /// Each success: `long` is an exponential average of the latency
+    /// (`α = 2 / (long_window + 1)`, after a plain mean over the first 10
+    /// samples); when `long / latency > 2`, `long` is cut by 5 %. If fewer than
+    /// half the limit were in flight, nothing else changes. Otherwise
+    ///
+    /// ```text
+    /// gradient = clamp(rtt_tolerance × long / latency, 0.5, 1)
+    /// L = (1 − smoothing)·L + smoothing·(L·gradient + queue_size)
+    /// ```
+    ///
+    /// kept within `[min_concurrency, max_concurrency]`.
+    ///
+    /// Netflix's Gradient2 ignores drops; this one does not: an overload
+    /// multiplies the limit by 0.9 (AIMD's backoff), within the same bounds.
+    ///
+    /// | parameter | default |
+    /// |---|---|
+    /// | `initial_concurrency` | 20 |
+    /// | `min_concurrency` | 20 |
+    /// | `max_concurrency` | 200 |
+    /// | `smoothing` | 0.2 |
+    /// | `queue_size` | 4 |
+    /// | `long_window` | 600 |
+    /// | `rtt_tolerance` | 1.5 |
+    /// | `min_delay` | 0 |
+    pub struct Gradient2("gradient2") {
+        delays { min: 0.0, }
+        concurrency { initial: 20, min: 20, max: 200, }
+        /// How much of each new estimate is taken, in `(0, 1]`.
+        smoothing: f64 = 0.2;
+        /// How much the limit may grow per sample while latencies stay low.
+        queue_size: usize = 4;
+        /// The window of the long-term latency average, in samples.
+        long_window: usize = 600;
+        /// How much latency above the long-term average is tolerated (≥ 1).
+        rtt_tolerance: f64 = 1.5;
     }
 }
 
 impl Gradient2 {
-    /// The name `replay --policy` knows this policy by.
-    pub const NAME: &'static str = "gradient2";
-
-    /// The limit of a new slot.
-    pub fn initial_limit(mut self, limit: usize) -> Self {
-        self.initial_limit = limit;
-        self
-    }
-    /// The lowest limit (at least 1).
-    pub fn min_limit(mut self, limit: usize) -> Self {
-        self.min_limit = limit;
-        self
-    }
-    /// The highest limit.
-    pub fn max_limit(mut self, limit: usize) -> Self {
-        self.max_limit = limit;
-        self
-    }
-    /// How much of each new estimate is taken, in `(0, 1]`.
-    pub fn smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
-        self
-    }
-    /// How much the limit may grow per sample while latencies stay low.
-    pub fn queue_size(mut self, queue: usize) -> Self {
-        self.queue_size = queue;
-        self
-    }
-    /// The window of the long-term latency average, in samples.
-    pub fn long_window(mut self, window: usize) -> Self {
-        self.long_window = window;
-        self
-    }
-    /// How much latency above the long-term average is tolerated (≥ 1).
-    pub fn rtt_tolerance(mut self, tolerance: f64) -> Self {
-        self.rtt_tolerance = tolerance;
-        self
-    }
-    /// The delay, held constant.
-    pub fn min_delay(mut self, d: Duration) -> Self {
-        self.min_delay = d.as_secs_f64();
-        self
-    }
-    /// Like [`min_delay`](Self::min_delay), in seconds.
-    pub fn min_delay_secs(mut self, secs: f64) -> Self {
-        self.min_delay = secs;
-        self
-    }
+    renamed_limits!(initial_limit => initial_concurrency, min_limit => min_concurrency, max_limit => max_concurrency);
 }
 
-impl MakePolicy for Gradient2 {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        super::check_limits(self.initial_limit, self.min_limit, self.max_limit)?;
+impl Gradient2 {
+    /// Checks the parameters beyond the bounds.
+    fn check(&self) -> Result<(), ConfigError> {
         if !(self.smoothing > 0.0 && self.smoothing <= 1.0) {
             return Err(ConfigError::new("smoothing", "must be in (0, 1]"));
         }
@@ -128,12 +64,15 @@ impl MakePolicy for Gradient2 {
         if !(self.rtt_tolerance.is_finite() && self.rtt_tolerance >= 1.0) {
             return Err(ConfigError::new("rtt_tolerance", "must be at least 1.0"));
         }
-        super::check_min_delay(self.min_delay)
+        Ok(())
     }
 
-    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+    /// A fresh state for the slot `key`.
+    fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
         Box::new(Gradient2State {
-            limit: self.initial_limit.clamp(self.min_limit, self.max_limit) as f64,
+            limit: self
+                .initial_concurrency
+                .clamp(self.min_concurrency, self.max_concurrency) as f64,
             long: 0.0,
             long_count: 0,
             long_sum: 0.0,
@@ -160,7 +99,7 @@ impl Policy for Gradient2State {
 
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let c = &self.config;
-        let (min, max) = (c.min_limit as f64, c.max_limit as f64);
+        let (min, max) = (c.min_concurrency as f64, c.max_concurrency as f64);
         match sample.outcome() {
             Outcome::Ignore => return self.throttle(),
             Outcome::Overload => {
@@ -198,16 +137,13 @@ impl Policy for Gradient2State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::StatusCode;
-
-    fn ok(latency: f64, in_flight: usize) -> Sample {
-        Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
-    }
+    use crate::policy::ok;
+    use crate::policy::MakePolicy;
 
     #[test]
     fn hand_computed_sequence() {
         let mut p = Gradient2::default()
-            .min_limit(1)
+            .min_concurrency(1)
             .make_policy(&SlotKey::new("t"));
         // 1: long = 0.1 (warm-up mean); gradient = clamp(1.5, ..) = 1;
         //    L = 0.8*20 + 0.2*(20 + 4) = 20.8

@@ -24,8 +24,26 @@
 //! The layer keeps one policy per slot, created by the [`MakePolicy`] in the
 //! [`Config`](crate::Config). What it does between samples (waiting, permits,
 //! timers) lives elsewhere: a policy only decides numbers.
+//!
+//! # Parameters
+//!
+//! Every policy is built the same way, from its `Default` and `#[must_use]`
+//! setters, with one name for one idea across policies: `start_delay`,
+//! `min_delay` and `max_delay` for the delay bounds, `initial_concurrency`,
+//! `min_concurrency` and `max_concurrency` for the concurrency bounds (the
+//! Netflix policies' `initialLimit`, `minLimit` and `maxLimit`; the old
+//! names `initial_limit`, `min_limit` and `max_limit` still build, and are
+//! deprecated). A duration has two setters: `start_delay(Duration)`, the one
+//! to use, and `start_delay_secs(f64)`, which keeps the seconds bit for bit:
+//! the policies compute in `f64` seconds, as Scrapy does, and a replayed
+//! trace or a config file must give exactly the original's arithmetic, which
+//! a round trip through `Duration` (whole nanoseconds) can change in the
+//! last bit. Invalid values are refused by
+//! [`ConfigBuilder::build`](crate::ConfigBuilder::build) with a
+//! [`ConfigError`] naming the parameter.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -37,6 +55,7 @@ mod adaptive;
 mod aimd;
 mod bounded;
 mod gradient2;
+mod params;
 mod replay;
 mod scrapy;
 mod scrapy2012;
@@ -55,6 +74,7 @@ pub use vegas::Vegas;
 /// concurrency-limits): a usable latency sample, a sign of overload, or
 /// neither.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Outcome {
     /// A response the server really served: any status but 429, 503 and
     /// the other 5xx.
@@ -80,6 +100,7 @@ impl Outcome {
     /// assert_eq!(Outcome::of_status(StatusCode::SERVICE_UNAVAILABLE), Outcome::Overload);
     /// assert_eq!(Outcome::of_status(StatusCode::BAD_GATEWAY), Outcome::Ignore);
     /// ```
+    #[must_use]
     pub fn of_status(status: StatusCode) -> Self {
         match status {
             StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => Outcome::Overload,
@@ -102,6 +123,7 @@ pub struct Sample {
 impl Sample {
     /// A response whose head arrived `latency` after the request was sent;
     /// its outcome follows from the status ([`Outcome::of_status`]).
+    #[must_use]
     pub fn new(latency: Duration, status: StatusCode) -> Self {
         Sample::from_secs_f64(latency.as_secs_f64(), status)
     }
@@ -110,6 +132,7 @@ impl Sample {
     ///
     /// Policies compute in `f64` seconds, as Scrapy does, so that a replayed
     /// trace gives bit-for-bit the original arithmetic.
+    #[must_use]
     pub fn from_secs_f64(latency: f64, status: StatusCode) -> Self {
         Sample {
             latency,
@@ -121,6 +144,7 @@ impl Sample {
 
     /// A request that got no response (a timeout, a connection error, …)
     /// after `latency` seconds, with the layer's classification.
+    #[must_use]
     pub fn error(latency: f64, outcome: Outcome) -> Self {
         Sample {
             latency,
@@ -132,34 +156,40 @@ impl Sample {
 
     /// Sets how many requests of the slot were in flight when this request
     /// ended (this one included).
+    #[must_use]
     pub fn with_in_flight(mut self, in_flight: usize) -> Self {
         self.in_flight = in_flight;
         self
     }
 
     /// Replaces the outcome (the layer marks repeated overloads `Ignore`).
+    #[must_use]
     pub fn with_outcome(mut self, outcome: Outcome) -> Self {
         self.outcome = outcome;
         self
     }
 
     /// The latency in seconds.
+    #[must_use]
     pub fn latency_secs(&self) -> f64 {
         self.latency
     }
 
     /// The response status, if a response came.
+    #[must_use]
     pub fn status(&self) -> Option<StatusCode> {
         self.status
     }
 
     /// How the request ended.
+    #[must_use]
     pub fn outcome(&self) -> Outcome {
         self.outcome
     }
 
     /// Requests of the slot in flight when the request ended, this one
     /// included (0 when unknown, as in a replayed trace).
+    #[must_use]
     pub fn in_flight(&self) -> usize {
         self.in_flight
     }
@@ -174,6 +204,7 @@ pub struct Throttle {
 
 impl Throttle {
     /// A delay in seconds and a concurrency limit.
+    #[must_use]
     pub fn new(delay_secs: f64, concurrency: usize) -> Self {
         Throttle {
             delay: delay_secs,
@@ -182,18 +213,21 @@ impl Throttle {
     }
 
     /// The delay in seconds, exactly as the policy computed it.
+    #[must_use]
     pub fn delay_secs(&self) -> f64 {
         self.delay
     }
 
     /// The delay as a [`Duration`]: negative or NaN delays are zero, and
     /// delays too large for a `Duration` saturate.
+    #[must_use]
     pub fn delay(&self) -> Duration {
         crate::time::secs_to_duration(self.delay)
     }
 
     /// The concurrency limit, as the policy computed it. The gate never uses
     /// less than 1, so a slot can always make progress.
+    #[must_use]
     pub fn concurrency(&self) -> usize {
         self.concurrency
     }
@@ -227,7 +261,7 @@ pub trait MakePolicy: fmt::Debug + Send + Sync + 'static {
     /// The same policy starting from `delay`, if it has a start delay
     /// (used by [`SlotSettings::start_delay`](crate::SlotSettings::start_delay)).
     /// `None`, the default, says it has none.
-    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
+    fn with_start_delay(&self, delay: Duration) -> Option<Arc<dyn MakePolicy>> {
         let _ = delay;
         None
     }
@@ -242,80 +276,30 @@ pub(crate) fn lg(limit: usize) -> usize {
     }
 }
 
-pub(crate) fn check_limits(initial: usize, min: usize, max: usize) -> Result<(), ConfigError> {
-    if min < 1 {
-        return Err(ConfigError::new("min_limit", "must be at least 1"));
-    }
-    if max < min {
-        return Err(ConfigError::new(
-            "max_limit",
-            format!("must not be below the minimum ({min}), got {max}"),
-        ));
-    }
-    if initial < 1 {
-        return Err(ConfigError::new("initial_limit", "must be at least 1"));
-    }
-    Ok(())
-}
-
-pub(crate) fn check_delays(start: f64, min: f64, max: f64) -> Result<(), ConfigError> {
-    for (field, value) in [
-        ("start_delay", start),
-        ("min_delay", min),
-        ("max_delay", max),
-    ] {
-        if !(value.is_finite() && value >= 0.0) {
-            return Err(ConfigError::new(
-                field,
-                format!("must be finite and not negative, got {value}"),
-            ));
+/// A boxed or shared [`MakePolicy`] makes the policies of what it holds.
+macro_rules! forward_make_policy {
+    ($($pointer:ident),*) => {$(
+        impl<P: MakePolicy + ?Sized> MakePolicy for $pointer<P> {
+            fn name(&self) -> &'static str {
+                (**self).name()
+            }
+            fn validate(&self) -> Result<(), ConfigError> {
+                (**self).validate()
+            }
+            fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+                (**self).make_policy(key)
+            }
+            fn with_start_delay(&self, delay: Duration) -> Option<Arc<dyn MakePolicy>> {
+                (**self).with_start_delay(delay)
+            }
         }
-    }
-    if max < min {
-        return Err(ConfigError::new(
-            "max_delay",
-            format!("must not be below min_delay ({min}), got {max}"),
-        ));
-    }
-    Ok(())
+    )*};
 }
 
-pub(crate) fn check_min_delay(min_delay: f64) -> Result<(), ConfigError> {
-    if !(min_delay.is_finite() && min_delay >= 0.0) {
-        return Err(ConfigError::new(
-            "min_delay",
-            format!("must be finite and not negative, got {min_delay}"),
-        ));
-    }
-    Ok(())
-}
+forward_make_policy!(Box, Arc);
 
-impl<P: MakePolicy + ?Sized> MakePolicy for Box<P> {
-    fn name(&self) -> &'static str {
-        (**self).name()
-    }
-    fn validate(&self) -> Result<(), ConfigError> {
-        (**self).validate()
-    }
-    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
-        (**self).make_policy(key)
-    }
-    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
-        (**self).with_start_delay(delay)
-    }
-}
-
-impl<P: MakePolicy + ?Sized> MakePolicy for std::sync::Arc<P> {
-    fn name(&self) -> &'static str {
-        (**self).name()
-    }
-    fn validate(&self) -> Result<(), ConfigError> {
-        (**self).validate()
-    }
-    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
-        (**self).make_policy(key)
-    }
-    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
-        (**self).with_start_delay(delay)
-    }
+/// A success `latency` seconds long, with `in_flight` requests in flight.
+#[cfg(test)]
+pub(crate) fn ok(latency: f64, in_flight: usize) -> Sample {
+    Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
 }

@@ -1,124 +1,58 @@
 //! Today's Scrapy AutoThrottle (Scrapy 2.x), per slot.
 
-use std::time::Duration;
-
 use http::StatusCode;
 
-use super::{MakePolicy, Policy, Sample, Throttle};
+use super::params::policy_params;
+use super::{Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 
-/// Today's Scrapy AutoThrottle (`scrapy/extensions/throttle.py`, Scrapy 2.x):
-/// it adapts the delay only; the concurrency stays at `max_concurrency`
-/// (Scrapy's `CONCURRENT_REQUESTS_PER_DOMAIN`).
-///
-/// A slot starts with delay `max(min_delay, start_delay)`. On each response
-/// (errors never adjust it):
-///
-/// ```text
-/// target = latency / target_concurrency
-/// new    = max(target, (delay + target) / 2)
-/// new    = min(max(min_delay, new), max_delay)
-/// if status != 200 and new <= delay: keep delay, else delay = new
-/// ```
-///
-/// Unlike the 2012 rules, a zero latency is a sample like any other.
-///
-/// | parameter | default | Scrapy setting |
-/// |---|---|---|
-/// | `start_delay` | 5 s | `AUTOTHROTTLE_START_DELAY` |
-/// | `min_delay` | 0 | `DOWNLOAD_DELAY` |
-/// | `max_delay` | 60 s | `AUTOTHROTTLE_MAX_DELAY` |
-/// | `target_concurrency` | 1.0 | `AUTOTHROTTLE_TARGET_CONCURRENCY` |
-/// | `max_concurrency` | 8 | `CONCURRENT_REQUESTS_PER_DOMAIN` |
-#[derive(Clone, Debug, PartialEq)]
-pub struct Scrapy {
-    start_delay: f64,
-    min_delay: f64,
-    max_delay: f64,
-    target_concurrency: f64,
-    max_concurrency: usize,
-}
-
-impl Default for Scrapy {
-    fn default() -> Self {
-        Scrapy {
-            start_delay: 5.0,
-            min_delay: 0.0,
-            max_delay: 60.0,
-            target_concurrency: 1.0,
-            max_concurrency: 8,
-        }
+policy_params! {
+    /// Today's Scrapy AutoThrottle (`scrapy/extensions/throttle.py`, Scrapy 2.x):
+    /// it adapts the delay only; the concurrency stays at `max_concurrency`
+    /// (Scrapy's `CONCURRENT_REQUESTS_PER_DOMAIN`).
+    ///
+    /// A slot starts with delay `max(min_delay, start_delay)`. On each response
+    /// (errors never adjust it):
+    ///
+    /// ```text
+    /// target = latency / target_concurrency
+    /// new    = max(target, (delay + target) / 2)
+    /// new    = min(max(min_delay, new), max_delay)
+    /// if status != 200 and new <= delay: keep delay, else delay = new
+    /// ```
+    ///
+    /// Unlike the 2012 rules, a zero latency is a sample like any other.
+    ///
+    /// | parameter | default | Scrapy setting |
+    /// |---|---|---|
+    /// | `start_delay` | 5 s | `AUTOTHROTTLE_START_DELAY` |
+    /// | `min_delay` | 0 | `DOWNLOAD_DELAY` |
+    /// | `max_delay` | 60 s | `AUTOTHROTTLE_MAX_DELAY` |
+    /// | `target_concurrency` | 1.0 | `AUTOTHROTTLE_TARGET_CONCURRENCY` |
+    /// | `max_concurrency` | 8 | `CONCURRENT_REQUESTS_PER_DOMAIN` |
+    pub struct Scrapy("scrapy") {
+        delays { start: 5.0, min: 0.0, max: 60.0, }
+        concurrency { max: 8, }
+        /// How many requests should be in flight on average (greater than 0).
+        target_concurrency: f64 = 1.0;
     }
 }
 
 impl Scrapy {
-    /// The name `replay --policy` knows this policy by.
-    pub const NAME: &'static str = "scrapy";
-
-    /// The delay of a new slot (raised to `min_delay` if below it).
-    pub fn start_delay(self, d: Duration) -> Self {
-        self.start_delay_secs(d.as_secs_f64())
-    }
-    /// Like [`start_delay`](Self::start_delay), in seconds.
-    pub fn start_delay_secs(mut self, secs: f64) -> Self {
-        self.start_delay = secs;
-        self
-    }
-    /// The lowest delay (Scrapy's `DOWNLOAD_DELAY`).
-    pub fn min_delay(self, d: Duration) -> Self {
-        self.min_delay_secs(d.as_secs_f64())
-    }
-    /// Like [`min_delay`](Self::min_delay), in seconds.
-    pub fn min_delay_secs(mut self, secs: f64) -> Self {
-        self.min_delay = secs;
-        self
-    }
-    /// The highest delay.
-    pub fn max_delay(self, d: Duration) -> Self {
-        self.max_delay_secs(d.as_secs_f64())
-    }
-    /// Like [`max_delay`](Self::max_delay), in seconds.
-    pub fn max_delay_secs(mut self, secs: f64) -> Self {
-        self.max_delay = secs;
-        self
-    }
-    /// How many requests should be in flight on average (greater than 0).
-    pub fn target_concurrency(mut self, target: f64) -> Self {
-        self.target_concurrency = target;
-        self
-    }
-    /// The slot's fixed concurrency limit (at least 1).
-    pub fn max_concurrency(mut self, max: usize) -> Self {
-        self.max_concurrency = max;
-        self
-    }
-}
-
-impl MakePolicy for Scrapy {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-
-    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
-        Some(std::sync::Arc::new(self.clone().start_delay(delay)))
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        super::check_delays(self.start_delay, self.min_delay, self.max_delay)?;
+    /// Checks the parameters beyond the bounds.
+    fn check(&self) -> Result<(), ConfigError> {
         if !(self.target_concurrency.is_finite() && self.target_concurrency > 0.0) {
             return Err(ConfigError::new(
                 "target_concurrency",
                 format!("must be higher than 0, got {}", self.target_concurrency),
             ));
         }
-        if self.max_concurrency < 1 {
-            return Err(ConfigError::new("max_concurrency", "must be at least 1"));
-        }
         Ok(())
     }
 
-    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+    /// A fresh state for the slot `key`.
+    fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
         Box::new(ScrapyState {
             delay: self.min_delay.max(self.start_delay),
             config: self.clone(),
@@ -158,6 +92,7 @@ impl Policy for ScrapyState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::MakePolicy;
 
     fn once(policy: Scrapy, latency: f64, status: u16) -> f64 {
         let mut p = policy.make_policy(&SlotKey::new("t"));

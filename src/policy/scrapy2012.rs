@@ -1,127 +1,74 @@
 //! The original AutoThrottle rules (Scrapy, 2012), per slot.
 
-use std::time::Duration;
-
 use http::StatusCode;
 
-use super::{MakePolicy, Policy, Sample, Throttle};
+use super::params::policy_params;
+use super::{Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 
-/// Scrapy's original AutoThrottle (2012), with its state kept per slot.
-///
-/// A slot starts with concurrency 1 and a delay of `start_delay`. On each
-/// response with a non-zero latency:
-///
-/// - **Delay.** `new = (delay + latency) / 2` when the latency is below the
-///   delay, else `new = latency`. A response whose status is not 200 may only
-///   raise the delay (error pages and redirects are small and fast, and would
-///   otherwise pull the delay down).
-/// - **Concurrency.** The latency joins a window. The first window starts
-///   with `start_delay` as its first sample, as in the original. When the
-///   window holds `check_period` samples, its mean and sample standard
-///   deviation (n − 1) are computed; if the mean exceeds the previous
-///   window's mean plus its deviation (the first comparison is against
-///   `(start_delay, 0)`), the concurrency drops by one (not below 1),
-///   otherwise it grows by one (not above `max_concurrency`). The window is
-///   then emptied.
-///
-/// A zero latency changes nothing. The arithmetic is the original's, in
-/// `f64` seconds, so a replayed trace gives exactly Scrapy's numbers. Unlike
-/// the original, which kept one latency window for all hosts, every slot has
-/// its own window.
-///
-/// | parameter | default | Scrapy setting |
-/// |---|---|---|
-/// | `start_delay` | 5 s | `AUTOTHROTTLE_START_DELAY` |
-/// | `check_period` | 10 | `AUTOTHROTTLE_CONCURRENCY_CHECK_PERIOD` |
-/// | `max_concurrency` | 8 | `AUTOTHROTTLE_MAX_CONCURRENCY` |
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_autothrottle::policy::Scrapy2012;
-///
-/// let policy = Scrapy2012::default()
-///     .start_delay(Duration::from_millis(500))
-///     .check_period(5)
-///     .max_concurrency(4);
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-pub struct Scrapy2012 {
-    start_delay: f64,
-    check_period: usize,
-    max_concurrency: usize,
-}
-
-impl Default for Scrapy2012 {
-    fn default() -> Self {
-        Scrapy2012 {
-            start_delay: 5.0,
-            check_period: 10,
-            max_concurrency: 8,
-        }
+policy_params! {
+    /// Scrapy's original AutoThrottle (2012), with its state kept per slot.
+    ///
+    /// A slot starts with concurrency 1 and a delay of `start_delay`. On each
+    /// response with a non-zero latency:
+    ///
+    /// - **Delay.** `new = (delay + latency) / 2` when the latency is below the
+    ///   delay, else `new = latency`. A response whose status is not 200 may only
+    ///   raise the delay (error pages and redirects are small and fast, and would
+    ///   otherwise pull the delay down).
+    /// - **Concurrency.** The latency joins a window. The first window starts
+    ///   with `start_delay` as its first sample, as in the original. When the
+    ///   window holds `check_period` samples, its mean and sample standard
+    ///   deviation (n − 1) are computed; if the mean exceeds the previous
+    ///   window's mean plus its deviation (the first comparison is against
+    ///   `(start_delay, 0)`), the concurrency drops by one (not below 1),
+    ///   otherwise it grows by one (not above `max_concurrency`). The window is
+    ///   then emptied.
+    ///
+    /// A zero latency changes nothing. The arithmetic is the original's, in
+    /// `f64` seconds, so a replayed trace gives exactly Scrapy's numbers. Unlike
+    /// the original, which kept one latency window for all hosts, every slot has
+    /// its own window.
+    ///
+    /// | parameter | default | Scrapy setting |
+    /// |---|---|---|
+    /// | `start_delay` | 5 s | `AUTOTHROTTLE_START_DELAY` |
+    /// | `check_period` | 10 | `AUTOTHROTTLE_CONCURRENCY_CHECK_PERIOD` |
+    /// | `max_concurrency` | 8 | `AUTOTHROTTLE_MAX_CONCURRENCY` |
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_autothrottle::policy::Scrapy2012;
+    ///
+    /// let policy = Scrapy2012::default()
+    ///     .start_delay(Duration::from_millis(500))
+    ///     .check_period(5)
+    ///     .max_concurrency(4);
+    /// ```
+    pub struct Scrapy2012("scrapy-2012") {
+        delays { start: 5.0, }
+        concurrency { max: 8, }
+        /// How many samples make a window (at least 1).
+        ///
+        /// As in the original, the first window already holds `start_delay`
+        /// as its first sample, so with a period of 1 no window ever
+        /// completes and the concurrency stays at 1.
+        check_period: usize = 10;
     }
 }
 
 impl Scrapy2012 {
-    /// The name `replay --policy` knows this policy by.
-    pub const NAME: &'static str = "scrapy-2012";
-
-    /// The delay of a new slot, and the first sample of its first window.
-    pub fn start_delay(self, start_delay: Duration) -> Self {
-        self.start_delay_secs(start_delay.as_secs_f64())
-    }
-
-    /// Like [`start_delay`](Self::start_delay), in seconds; must be finite
-    /// and not negative.
-    pub fn start_delay_secs(mut self, secs: f64) -> Self {
-        self.start_delay = secs;
-        self
-    }
-
-    /// How many samples make a window (at least 1).
-    ///
-    /// As in the original, the first window already holds `start_delay`, so
-    /// with a period of 1 no window ever completes and the concurrency
-    /// stays at 1.
-    pub fn check_period(mut self, responses: usize) -> Self {
-        self.check_period = responses;
-        self
-    }
-
-    /// The highest concurrency a slot may reach (at least 1).
-    pub fn max_concurrency(mut self, max: usize) -> Self {
-        self.max_concurrency = max;
-        self
-    }
-}
-
-impl MakePolicy for Scrapy2012 {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-
-    fn with_start_delay(&self, delay: Duration) -> Option<std::sync::Arc<dyn MakePolicy>> {
-        Some(std::sync::Arc::new(self.clone().start_delay(delay)))
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        if !(self.start_delay.is_finite() && self.start_delay >= 0.0) {
-            return Err(ConfigError::new(
-                "start_delay",
-                format!("must be finite and not negative, got {}", self.start_delay),
-            ));
-        }
+    /// Checks the parameters beyond the bounds.
+    fn check(&self) -> Result<(), ConfigError> {
         if self.check_period < 1 {
             return Err(ConfigError::new("check_period", "must be at least 1"));
-        }
-        if self.max_concurrency < 1 {
-            return Err(ConfigError::new("max_concurrency", "must be at least 1"));
         }
         Ok(())
     }
 
-    fn make_policy(&self, _key: &SlotKey) -> Box<dyn Policy> {
+    /// A fresh state for the slot `key`.
+    fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
         Box::new(Scrapy2012State::new(self))
     }
 }
@@ -218,6 +165,7 @@ fn mean_stdev(values: &[f64]) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::MakePolicy;
 
     fn run(policy: &Scrapy2012, trace: &[(f64, u16)]) -> Vec<(f64, usize)> {
         let mut state = policy.make_policy(&SlotKey::new("t"));

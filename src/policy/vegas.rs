@@ -1,123 +1,72 @@
 //! Netflix's Vegas limit, per slot.
 
-use std::time::Duration;
-
-use super::{lg, MakePolicy, Outcome, Policy, Sample, Throttle};
+use super::params::{policy_params, renamed_limits};
+use super::{lg, Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 
-/// Delay-based limit after TCP Vegas, as Netflix concurrency-limits'
-/// `VegasLimit` (v0.5.4), with the delay held at `min_delay`.
-///
-/// With `lg(L) = max(1, floor(log10 L))`, `alpha = 3·lg(L)`,
-/// `beta = 6·lg(L)`, `threshold = lg(L)` and the queue estimate
-/// `queue = ceil(L × (1 − rtt_noload / rtt))`, each sample:
-///
-/// 1. every `U[0.5, 1) × probe_multiplier × L` samples, takes the sample's
-///    latency as the new no-load latency (a probe) and stops;
-/// 2. a latency below the no-load latency becomes the new one, and stops;
-/// 3. a drop: `L −= lg(L)`; otherwise, if fewer than half the limit were in
-///    flight, nothing; if `queue ≤ threshold`, `L += beta`; if
-///    `queue < alpha`, `L += lg(L)`; if `queue > beta`, `L −= lg(L)`;
-/// 4. `L` is kept within `[1, max_limit]`, then smoothed:
-///    `L = (1 − smoothing)·L_old + smoothing·L`.
-///
-/// Zero latencies are ignored (Netflix rejects them). The probe's random
-/// factor comes from a generator seeded by the slot's key and `seed`, so
-/// runs are reproducible.
-///
-/// | parameter | default |
-/// |---|---|
-/// | `initial_limit` | 20 |
-/// | `max_limit` | 1000 |
-/// | `smoothing` | 1.0 |
-/// | `probe_multiplier` | 30 |
-/// | `min_delay` | 0 |
-#[derive(Clone, Debug, PartialEq)]
-pub struct Vegas {
-    initial_limit: usize,
-    max_limit: usize,
-    smoothing: f64,
-    probe_multiplier: usize,
-    min_delay: f64,
-    seed: u64,
-}
-
-impl Default for Vegas {
-    fn default() -> Self {
-        Vegas {
-            initial_limit: 20,
-            max_limit: 1000,
-            smoothing: 1.0,
-            probe_multiplier: 30,
-            min_delay: 0.0,
-            seed: 0,
-        }
+policy_params! {
+    /// Delay-based limit after TCP Vegas, as Netflix concurrency-limits'
+    /// `VegasLimit` (v0.5.4), with the delay held at `min_delay`.
+    ///
+    /// With `lg(L) = max(1, floor(log10 L))`, `alpha = 3·lg(L)`,
+    /// `beta = 6·lg(L)`, `threshold = lg(L)` and the queue estimate
+    /// `queue = ceil(L × (1 − rtt_noload / rtt))`, each sample:
+    ///
+    /// 1. every `U[0.5, 1) × probe_multiplier × L` samples, takes the sample's
+    ///    latency as the new no-load latency (a probe) and stops;
+    /// 2. a latency below the no-load latency becomes the new one, and stops;
+    /// 3. a drop: `L −= lg(L)`; otherwise, if fewer than half the limit were in
+    ///    flight, nothing; if `queue ≤ threshold`, `L += beta`; if
+    ///    `queue < alpha`, `L += lg(L)`; if `queue > beta`, `L −= lg(L)`;
+    /// 4. `L` is kept within `[1, max_concurrency]`, then smoothed:
+    ///    `L = (1 − smoothing)·L_old + smoothing·L`.
+    ///
+    /// Zero latencies are ignored (Netflix rejects them). The probe's random
+    /// factor comes from a generator seeded by the slot's key and `seed`, so
+    /// runs are reproducible.
+    ///
+    /// | parameter | default |
+    /// |---|---|
+    /// | `initial_concurrency` | 20 |
+    /// | `max_concurrency` | 1000 |
+    /// | `smoothing` | 1.0 |
+    /// | `probe_multiplier` | 30 |
+    /// | `min_delay` | 0 |
+    pub struct Vegas("vegas") {
+        delays { min: 0.0, }
+        concurrency { initial: 20, max: 1000, }
+        /// How much of each new estimate is taken, in `(0, 1]`.
+        smoothing: f64 = 1.0;
+        /// Probe the no-load latency every `U[0.5, 1) × this × L` samples.
+        probe_multiplier: usize = 30;
+        /// Seeds the probe jitter.
+        seed: u64 = 0;
     }
 }
 
 impl Vegas {
-    /// The name `replay --policy` knows this policy by.
-    pub const NAME: &'static str = "vegas";
-
-    /// The limit of a new slot.
-    pub fn initial_limit(mut self, limit: usize) -> Self {
-        self.initial_limit = limit;
-        self
-    }
-    /// The highest limit.
-    pub fn max_limit(mut self, limit: usize) -> Self {
-        self.max_limit = limit;
-        self
-    }
-    /// How much of each new estimate is taken, in `(0, 1]`.
-    pub fn smoothing(mut self, smoothing: f64) -> Self {
-        self.smoothing = smoothing;
-        self
-    }
-    /// Probe the no-load latency every `U[0.5, 1) × this × L` samples.
-    pub fn probe_multiplier(mut self, multiplier: usize) -> Self {
-        self.probe_multiplier = multiplier;
-        self
-    }
-    /// The delay, held constant.
-    pub fn min_delay(mut self, d: Duration) -> Self {
-        self.min_delay = d.as_secs_f64();
-        self
-    }
-    /// Like [`min_delay`](Self::min_delay), in seconds.
-    pub fn min_delay_secs(mut self, secs: f64) -> Self {
-        self.min_delay = secs;
-        self
-    }
-    /// Seeds the probe jitter.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
+    renamed_limits!(initial_limit => initial_concurrency, max_limit => max_concurrency);
 }
 
-impl MakePolicy for Vegas {
-    fn name(&self) -> &'static str {
-        Self::NAME
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        super::check_limits(self.initial_limit, 1, self.max_limit)?;
+impl Vegas {
+    /// Checks the parameters beyond the bounds.
+    fn check(&self) -> Result<(), ConfigError> {
         if !(self.smoothing > 0.0 && self.smoothing <= 1.0) {
             return Err(ConfigError::new("smoothing", "must be in (0, 1]"));
         }
         if self.probe_multiplier < 1 {
             return Err(ConfigError::new("probe_multiplier", "must be at least 1"));
         }
-        super::check_min_delay(self.min_delay)
+        Ok(())
     }
 
-    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
+    /// A fresh state for the slot `key`.
+    fn state(&self, key: &SlotKey) -> Box<dyn Policy> {
         let mut rng = self.seed ^ crate::rng::hash(key.as_str());
         let jitter = 0.5 + 0.5 * crate::rng::next_unit(&mut rng);
         Box::new(VegasState {
-            limit: self.initial_limit.clamp(1, self.max_limit) as f64,
+            limit: self.initial_concurrency.clamp(1, self.max_concurrency) as f64,
             rtt_noload: 0.0,
             probe_count: 0,
             probe_jitter: jitter,
@@ -183,7 +132,7 @@ impl Policy for VegasState {
                 return self.throttle();
             }
         };
-        let new = new.min(c.max_limit as f64).max(1.0);
+        let new = new.min(c.max_concurrency as f64).max(1.0);
         self.limit = (1.0 - c.smoothing) * l + c.smoothing * new;
         self.throttle()
     }
@@ -192,11 +141,8 @@ impl Policy for VegasState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::StatusCode;
-
-    fn ok(latency: f64, in_flight: usize) -> Sample {
-        Sample::from_secs_f64(latency, StatusCode::OK).with_in_flight(in_flight)
-    }
+    use crate::policy::ok;
+    use crate::policy::MakePolicy;
 
     #[test]
     fn hand_computed_sequence() {
@@ -222,7 +168,7 @@ mod tests {
     #[test]
     fn probes_reset_the_noload_latency() {
         let mut p = Vegas::default()
-            .initial_limit(1)
+            .initial_concurrency(1)
             .probe_multiplier(1)
             .make_policy(&SlotKey::new("t"));
         // jitter*1*1 <= count holds on the first sample: a probe.

@@ -96,11 +96,14 @@
 //!   taken does nothing); only a worker that dies holds its places until
 //!   their leases expire.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::builder::setters;
 use crate::config::ConfigBuilder;
 use crate::error::ConfigError;
+use crate::time::Secs;
 
 mod client;
 
@@ -108,7 +111,7 @@ use client::RedisFleet;
 
 /// Where and how a fleet shares its slots; give it to
 /// [`ConfigBuilder::fleet`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Fleet {
     url: String,
     name: String,
@@ -117,6 +120,20 @@ pub struct Fleet {
     retry_interval: Duration,
     idle_ttl: Duration,
     fail_closed: bool,
+}
+
+impl fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fleet")
+            .field("url", &self.url)
+            .field("name", &self.name)
+            .field("lease", &Secs::from(self.lease))
+            .field("timeout", &Secs::from(self.timeout))
+            .field("retry_interval", &Secs::from(self.retry_interval))
+            .field("idle_ttl", &Secs::from(self.idle_ttl))
+            .field("fail_closed", &self.fail_closed)
+            .finish()
+    }
 }
 
 impl Fleet {
@@ -133,39 +150,22 @@ impl Fleet {
         }
     }
 
-    /// How long a place is held if its worker never gives it back (it
-    /// crashed, or lost Redis). Default 60 s.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// The longest a Redis call may take before the worker throttles on its
-    /// own. Default 250 ms.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// How long a worker throttles on its own after Redis failed, before it
-    /// tries again. Default 1 s.
-    pub fn retry_interval(mut self, interval: Duration) -> Self {
-        self.retry_interval = interval;
-        self
-    }
-
-    /// How long an unused slot stays in Redis. Default 10 minutes.
-    pub fn idle_ttl(mut self, ttl: Duration) -> Self {
-        self.idle_ttl = ttl;
-        self
-    }
-
-    /// Wait for Redis rather than throttle alone when it is unreachable
-    /// (never risk a host's budget; requests stall while Redis is down).
-    /// Off by default.
-    pub fn fail_closed(mut self, on: bool) -> Self {
-        self.fail_closed = on;
-        self
+    setters! {
+        /// How long a place is held if its worker never gives it back (it
+        /// crashed, or lost Redis). Default 60 s.
+        pub fn lease(Duration) => lease;
+        /// The longest a Redis call may take before the worker throttles on its
+        /// own. Default 250 ms.
+        pub fn timeout(Duration) => timeout;
+        /// How long a worker throttles on its own after Redis failed, before it
+        /// tries again. Default 1 s.
+        pub fn retry_interval(Duration) => retry_interval;
+        /// How long an unused slot stays in Redis. Default 10 minutes.
+        pub fn idle_ttl(Duration) => idle_ttl;
+        /// Wait for Redis rather than throttle alone when it is unreachable
+        /// (never risk a host's budget; requests stall while Redis is down).
+        /// Off by default.
+        pub fn fail_closed(bool) => fail_closed;
     }
 
     fn check(&self) -> Result<redis::Client, ConfigError> {
@@ -197,6 +197,7 @@ impl ConfigBuilder {
     /// (feature `redis`); see [`crate::redis`]. An invalid URL or setting is
     /// reported by [`build`](ConfigBuilder::build). Nothing connects until
     /// the first request.
+    #[must_use]
     pub fn fleet(mut self, fleet: Fleet) -> Self {
         match fleet.check() {
             Ok(client) => {

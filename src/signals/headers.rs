@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, DATE, RETRY_AFTER};
 
+use crate::time::Secs;
+
 /// Why a header was ignored.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeaderError {
@@ -26,11 +28,13 @@ impl HeaderError {
     }
 
     /// The header's name.
+    #[must_use]
     pub fn header(&self) -> &'static str {
         self.header
     }
 
     /// What was wrong with it.
+    #[must_use]
     pub fn reason(&self) -> &str {
         &self.reason
     }
@@ -95,7 +99,8 @@ pub fn retry_after(
 }
 
 /// What the rate-limit fields of a response allow.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum RateLimit {
     /// The quota is spent: send nothing more until the window resets.
     Exhausted {
@@ -109,6 +114,22 @@ pub enum RateLimit {
         /// How long this pacing holds (until the quota window resets).
         valid_for: Duration,
     },
+}
+
+impl fmt::Debug for RateLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RateLimit::Exhausted { reset } => f
+                .debug_struct("Exhausted")
+                .field("reset", &Secs::from(reset))
+                .finish(),
+            RateLimit::Pace { spacing, valid_for } => f
+                .debug_struct("Pace")
+                .field("spacing", &Secs::from(spacing))
+                .field("valid_for", &Secs::from(valid_for))
+                .finish(),
+        }
+    }
 }
 
 /// Reads the rate-limit fields of a response, if it has any.

@@ -1,5 +1,6 @@
 //! What a slot shows of itself: [`SlotSnapshot`].
 
+use std::fmt;
 use std::time::Duration;
 
 use http::StatusCode;
@@ -7,10 +8,11 @@ use tokio::time::Instant;
 
 use super::Slot;
 use crate::key::SlotKey;
+use crate::time::Secs;
 
 /// What one slot looks like at one moment, from
 /// [`AutoThrottleLayer::slots`](crate::AutoThrottleLayer::slots).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub struct SlotSnapshot {
     /// The slot's key.
@@ -46,6 +48,26 @@ pub struct SlotSnapshot {
     /// Overload events reacted to (repeats from requests already in flight
     /// not counted).
     pub overloads: u64,
+}
+
+impl fmt::Debug for SlotSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlotSnapshot")
+            .field("key", &self.key)
+            .field("delay", &Secs::from(self.delay))
+            .field("concurrency", &self.concurrency)
+            .field("in_flight", &self.in_flight)
+            .field("queued", &self.queued)
+            .field("last_latency", &Secs::opt(self.last_latency))
+            .field("latency", &Secs::opt(self.latency))
+            .field("last_status", &self.last_status)
+            .field("dispatched", &self.dispatched)
+            .field("responses", &self.responses)
+            .field("paused_until", &self.paused_until)
+            .field("delay_floor", &Secs::from(self.delay_floor))
+            .field("overloads", &self.overloads)
+            .finish()
+    }
 }
 
 impl Slot {
