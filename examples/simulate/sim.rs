@@ -19,26 +19,9 @@ use tower::ServiceExt;
 use tower_autothrottle::policy::MakePolicy;
 use tower_autothrottle::{AutoThrottleLayer, Config, SlotSnapshot};
 
-/// A small seeded generator (SplitMix64).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in (0, 1).
-    pub fn unit(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-}
+#[path = "../../tests/support/rng.rs"]
+mod rng;
+pub use rng::Rng;
 
 /// How long one request takes to serve, once a worker takes it.
 #[derive(Clone, Copy, Debug)]
@@ -53,12 +36,12 @@ impl ServiceTime {
     fn draw(&self, rng: &mut Rng) -> Duration {
         match *self {
             ServiceTime::Uniform { base, spread } => {
-                base.mul_f64(1.0 + spread * (2.0 * rng.unit() - 1.0))
+                base.mul_f64(1.0 + spread * (2.0 * rng.open_unit() - 1.0))
             }
             ServiceTime::Pareto { base, alpha } => {
                 // x_m chosen so that the mean alpha*x_m/(alpha-1) is 1.
                 let xm = (alpha - 1.0) / alpha;
-                let x = xm / rng.unit().powf(1.0 / alpha);
+                let x = xm / rng.open_unit().powf(1.0 / alpha);
                 base.mul_f64(x.min(50.0))
             }
         }

@@ -1,6 +1,10 @@
 //! Test support: a recording inner service, a scripted policy, bodies.
 #![allow(dead_code, unreachable_pub)]
 
+#[path = "../support/rng.rs"]
+mod rng;
+pub use rng::Rng;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -289,33 +293,6 @@ where
 pub async fn settle() {
     for _ in 0..20 {
         tokio::task::yield_now().await;
-    }
-}
-
-/// A small seeded generator (SplitMix64) for reproducible test inputs.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
     }
 }
 
