@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use crate::config::{Config, SlotSettings};
+use crate::config::{Config, SlotSettings, Target};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
 use crate::service::AutoThrottle;
@@ -64,55 +64,112 @@ impl AutoThrottleLayer {
         self.shared.table.snapshots()
     }
 
-    /// A snapshot of one slot, if it exists.
+    /// A snapshot of one slot, if it exists. The key is normalized as every
+    /// key is (see [`SlotKey`]): `"https://Example.com:443/"` finds the slot
+    /// `https://example.com`.
     #[must_use]
-    pub fn slot(&self, key: &str) -> Option<SlotSnapshot> {
-        self.shared.table.snapshot(key)
+    pub fn slot(&self, key: impl AsRef<str>) -> Option<SlotSnapshot> {
+        self.shared.snapshot(key.as_ref())
     }
 
-    /// Sets a floor under the slot's delay (for a robots.txt `Crawl-delay`,
-    /// say), or lifts it with `None`. The slot is created if it does not
-    /// exist yet, so the floor holds from its first request; it binds the
-    /// next dispatch, even for requests already waiting.
+    /// The key of the slot `request` goes to, as the layer would choose it
+    /// (its [`DownloadSlot`](crate::DownloadSlot), the key function, the
+    /// [`KeyStrategy`](crate::KeyStrategy)); with
+    /// [`KeyStrategy::ResolvedIp`](crate::KeyStrategy::ResolvedIp) it
+    /// resolves the host (or uses the resolution kept from before). No slot
+    /// is created.
+    ///
+    /// ```
+    /// use tower_autothrottle::{AutoThrottleLayer, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let layer = AutoThrottleLayer::new(Config::default());
+    /// let request = http::Request::get("https://Example.com:443/robots.txt").body(()).unwrap();
+    /// assert_eq!(layer.key_for(&request).await.as_str(), "https://example.com");
+    /// # }
+    /// ```
+    pub async fn key_for<B>(&self, request: &http::Request<B>) -> SlotKey {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.method = request.method().clone();
+        parts.uri = request.uri().clone();
+        parts.version = request.version();
+        parts.headers = request.headers().clone();
+        parts.extensions = request.extensions().clone();
+        self.shared.key_for(&parts).await
+    }
+
+    /// Sets a floor under the delay of the slot `pattern` names (an exact
+    /// key, or a pattern with `*`, as for [`SlotSettings`]), for a
+    /// robots.txt `Crawl-delay`, say; `None` lifts it. The key is normalized
+    /// as every key is (see [`SlotKey`]), so `"https://Example.com:443/"`
+    /// and `"https://example.com"` set the same floor. The floor is kept in
+    /// the settings table, not in a slot: a host not seen yet gets it from
+    /// its first request, and a slot evicted and made again gets it back.
+    /// It binds the next dispatch, even for requests already waiting.
+    ///
+    /// `Duration::MAX` blocks the slot: nothing of it is dispatched, not
+    /// even a first request, until the floor is lowered or lifted.
+    ///
+    /// Where a key has a floor of its own and patterns cover it too, its own
+    /// wins; otherwise the first matching pattern's.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tower_autothrottle::{AutoThrottleLayer, Config};
     ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
     /// let layer = AutoThrottleLayer::new(Config::default());
-    /// layer.set_delay_floor("https://example.com", Some(Duration::from_secs(10)));
-    /// assert_eq!(layer.slot("https://example.com").unwrap().delay_floor, Duration::from_secs(10));
+    /// layer.set_delay_floor("https://Example.com/", Some(Duration::from_secs(10))).unwrap();
+    /// assert!(layer.set_delay_floor("http://", Some(Duration::from_secs(1))).is_err());
+    /// # }
     /// ```
-    pub fn set_delay_floor(&self, key: impl Into<SlotKey>, floor: Option<Duration>) {
-        let floor = floor.unwrap_or(Duration::ZERO);
-        self.shared
-            .table
-            .with_slot(key.into(), |slot| slot.set_floor(floor));
-    }
-}
-
-impl AutoThrottleLayer {
-    /// Sets the settings of the slot `pattern` (an exact key, or a pattern
-    /// with `*`; see [`SlotSettings`]) at run time, replacing
-    /// any it had. Every existing slot it covers starts afresh with the new
-    /// policy and bounds, binding its next dispatch; new slots pick them up
-    /// when created.
     ///
     /// # Errors
     ///
-    /// The settings are checked as [`ConfigBuilder::build`](crate::ConfigBuilder::build)
-    /// checks them; invalid ones are refused and change nothing.
+    /// A [`ConfigError`] for `slot` when `pattern` cannot name a slot
+    /// (empty, or a URI without a valid host and port); nothing changes.
+    pub fn set_delay_floor(
+        &self,
+        pattern: impl AsRef<str>,
+        floor: Option<Duration>,
+    ) -> Result<(), ConfigError> {
+        let target = Target::parse(pattern.as_ref())?;
+        let floor = floor.filter(|f| !f.is_zero());
+        self.shared.table.set_floor(&target, floor);
+        Ok(())
+    }
+
+    /// Sets the settings of the slot `pattern` (an exact key, or a pattern
+    /// with `*`, normalized as every key is; see [`SlotSettings`]) at run
+    /// time, replacing any it had. Every existing slot it covers starts
+    /// afresh with the new policy and bounds, binding its next dispatch;
+    /// new slots pick them up when created.
+    ///
+    /// # Errors
+    ///
+    /// A pattern that cannot name a slot is refused with a [`ConfigError`]
+    /// for `slot`; the settings are checked as
+    /// [`ConfigBuilder::build`](crate::ConfigBuilder::build) checks them.
+    /// Anything refused changes nothing.
     pub fn set_slot_settings(
         &self,
-        pattern: &str,
+        pattern: impl AsRef<str>,
         settings: SlotSettings,
     ) -> Result<(), ConfigError> {
-        if pattern.is_empty() {
-            return Err(ConfigError::new("slot", "a slot pattern must not be empty"));
-        }
+        let target = Target::parse(pattern.as_ref())?;
         let policy = settings.resolve(&self.shared.config.policy)?;
-        self.shared.table.set_settings(pattern, Some(policy));
+        self.shared.table.set_settings(&target, Some(policy));
         Ok(())
+    }
+
+    /// Removes the settings of `pattern` (normalized as it was when set);
+    /// the slots it covered start afresh with whatever applies to them now.
+    /// Returns whether there were any.
+    pub fn remove_slot_settings(&self, pattern: impl AsRef<str>) -> bool {
+        Target::parse(pattern.as_ref())
+            .is_ok_and(|target| self.shared.table.set_settings(&target, None))
     }
 
     /// Waits until every place given back and every pause has reached the
@@ -123,14 +180,6 @@ impl AutoThrottleLayer {
         if let Some(coordinator) = &self.shared.config.coordinator {
             coordinator.flush().await;
         }
-    }
-
-    /// Removes the settings of `pattern` (as it was given); the slots it
-    /// covered start afresh with whatever applies to them now. Returns
-    /// whether there were any.
-    #[must_use]
-    pub fn remove_slot_settings(&self, pattern: &str) -> bool {
-        self.shared.table.set_settings(pattern, None)
     }
 }
 

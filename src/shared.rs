@@ -23,7 +23,7 @@ use crate::key::{self, BoxFuture, Choice, DnsCache, KeyStrategy, SlotKey};
 use crate::policy::Outcome;
 use crate::signals::{self, Hints};
 use crate::slot::gate::{Permit, Waiting};
-use crate::slot::{Adjustment, Slot, SlotTable};
+use crate::slot::{Adjustment, Slot, SlotSnapshot, SlotTable};
 
 /// What a layer and its services share.
 pub(crate) struct Shared {
@@ -159,6 +159,41 @@ impl Shared {
                 },
             },
         )
+    }
+
+    /// A snapshot of the slot `key` names (normalized), if it exists.
+    pub(crate) fn snapshot(&self, key: &str) -> Option<SlotSnapshot> {
+        let key = SlotKey::parse(key).ok()?;
+        self.table.snapshot(key.as_str())
+    }
+
+    /// The key of the slot a request with this head goes to; resolves the
+    /// host with [`KeyStrategy::ResolvedIp`]. Creates no slot.
+    pub(crate) async fn key_for(&self, parts: &Parts) -> SlotKey {
+        let config = &self.config;
+        let download_slot = parts.extensions.get::<DownloadSlot>().map(|d| &d.0);
+        let chosen = key::choose(
+            download_slot,
+            parts,
+            config.key_fn.as_ref(),
+            config.key_strategy,
+            |choice| match choice {
+                Choice::Text(text) => Ok(SlotKey::verbatim(text)),
+                Choice::Key(key) => Ok(key),
+                Choice::Resolve { host, fallback } => Err((host, fallback)),
+            },
+        );
+        let (host, fallback) = match chosen {
+            Ok(key) => return key,
+            Err(resolve) => resolve,
+        };
+        match &self.dns {
+            Some(dns) => match dns.cached(&host, &fallback) {
+                Some(key) => key,
+                None => dns.key(host, fallback).await,
+            },
+            None => fallback,
+        }
     }
 
     /// The fleet-wide reservation a request admitted by its slot must wait

@@ -5,10 +5,27 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The latest instant worth waiting for.
+/// The latest instant worth waiting for: about 30 years from `now`, as
+/// tokio itself uses for "never" (or as far as the clock goes).
 pub(crate) fn far_future(now: Instant) -> Instant {
-    // About 30 years, as tokio itself uses for "never".
-    now + Duration::from_secs(86_400 * 365 * 30)
+    const THIRTY_YEARS: Duration = Duration::from_secs(86_400 * 365 * 30);
+    now.checked_add(THIRTY_YEARS).unwrap_or(now)
+}
+
+/// `now + wait`, or [`far_future`] when that is beyond the clock.
+pub(crate) fn after(now: Instant, wait: Duration) -> Instant {
+    now.checked_add(wait).unwrap_or_else(|| far_future(now))
+}
+
+/// `d × factor`, saturating at `Duration::MAX`; a negative or NaN factor
+/// gives zero. Equal to `Duration::mul_f64` wherever that does not panic.
+pub(crate) fn mul_f64(d: Duration, factor: f64) -> Duration {
+    let secs = factor * d.as_secs_f64();
+    if secs.is_nan() || secs <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
+    }
 }
 
 /// Converts seconds to a `Duration` without panicking on any `f64`.

@@ -207,7 +207,7 @@ async fn connections_reset_give_errors_and_leak_nothing() {
     for t in tasks {
         assert!(t.await.unwrap().is_err(), "a reset connection is an error");
     }
-    let slot = throttle.slot(&format!("http://{addr}")).unwrap();
+    let slot = throttle.slot(format!("http://{addr}")).unwrap();
     assert_eq!((slot.in_flight, slot.queued, slot.dispatched), (0, 0, 20));
 }
 
@@ -231,7 +231,7 @@ async fn a_server_that_answers_429_forever_is_left_in_peace() {
     for t in tasks {
         assert_eq!(t.await.unwrap().unwrap(), StatusCode::TOO_MANY_REQUESTS);
     }
-    let slot = throttle.slot(&format!("http://{addr}")).unwrap();
+    let slot = throttle.slot(format!("http://{addr}")).unwrap();
     assert_eq!((slot.in_flight, slot.queued), (0, 0));
     assert_eq!(slot.concurrency, 1, "the limit came down to one");
     // After the first few, requests are spaced by at least the minimum

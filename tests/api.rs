@@ -106,7 +106,17 @@ async fn debug_shows_every_duration_in_seconds() {
     );
     assert!(settings.contains("min_delay: Some(1.5s)"), "{settings}");
     let layer = AutoThrottleLayer::new(Config::default());
-    layer.set_delay_floor("http://a.test", Some(Duration::from_millis(20)));
+    layer
+        .set_delay_floor("http://a.test", Some(Duration::from_millis(20)))
+        .unwrap();
+    let service = tower::Layer::layer(
+        &layer,
+        tower::service_fn(|_req: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        }),
+    );
+    let request = http::Request::get("http://a.test/").body(()).unwrap();
+    tower::ServiceExt::oneshot(service, request).await.unwrap();
     let slot = format!("{:?}", layer.slot("http://a.test").unwrap());
     assert!(slot.contains("delay_floor: 0.02s"), "{slot}");
     assert!(slot.contains("delay: 0.02s"), "{slot}");

@@ -85,7 +85,7 @@ async fn timeout_inside_the_throttle_counts_as_overload() {
         .await
         .unwrap_err();
     assert!(error.is::<tower::timeout::error::Elapsed>(), "{error}");
-    let slot = throttle.slot(&host.base()).unwrap();
+    let slot = throttle.slot(host.base()).unwrap();
     assert_eq!(slot.overloads, 1);
     assert_eq!(slot.concurrency, 2, "an overload halves the limit");
     assert!(slot.delay > Duration::ZERO, "and backs the rate off");
@@ -145,7 +145,7 @@ async fn retry_outside_the_throttle_passes_the_gate_again_and_waits_for_retry_af
         "the retry waited for Retry-After: {gap:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(3));
-    let slot = throttle.slot(&host.base()).unwrap();
+    let slot = throttle.slot(host.base()).unwrap();
     assert_eq!(slot.dispatched, 2, "each attempt passed the gate");
 }
 
@@ -227,7 +227,7 @@ async fn trace_layer_outside_sees_throttled_responses() {
     assert!(results.iter().all(|r| matches!(r, Ok(StatusCode::OK))));
     assert!(host.stats.max_active() <= 1);
     assert!(host.stats.min_gap().unwrap() >= Duration::from_millis(10));
-    assert_eq!(throttle.slot(&host.base()).unwrap().responses, 5);
+    assert_eq!(throttle.slot(host.base()).unwrap().responses, 5);
 }
 
 #[tokio::test(start_paused = true)]
@@ -250,9 +250,9 @@ async fn follow_redirect_outside_sends_each_hop_through_its_own_slot() {
     assert_eq!(body, "page /ok");
     let slots = throttle.slots();
     assert_eq!(slots.len(), 2);
-    assert_eq!(throttle.slot(&from.base()).unwrap().dispatched, 1);
+    assert_eq!(throttle.slot(from.base()).unwrap().dispatched, 1);
     assert_eq!(
-        throttle.slot(&to.base()).unwrap().dispatched,
+        throttle.slot(to.base()).unwrap().dispatched,
         1,
         "the redirected request used the target's slot"
     );
@@ -277,6 +277,6 @@ async fn follow_redirect_inside_keeps_every_hop_in_the_first_slot() {
         .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(throttle.slots().len(), 1);
-    assert_eq!(throttle.slot(&from.base()).unwrap().dispatched, 1);
-    assert!(throttle.slot(&to.base()).is_none());
+    assert_eq!(throttle.slot(from.base()).unwrap().dispatched, 1);
+    assert!(throttle.slot(to.base()).is_none());
 }

@@ -126,20 +126,21 @@ fn unknown_fields_and_wrong_types_are_refused() {
 #[tokio::test(start_paused = true)]
 async fn a_slot_of_the_same_policy_inherits_the_configurations_fields() {
     // max_delay 1 s comes from the top level; the slot only changes the target.
+    // (A start delay above it would be refused.)
     // Both structs are `#[non_exhaustive]`: built from their defaults.
     let mut slot = SlotFile::default();
     slot.target_concurrency = Some(4.0);
     let mut file = ConfigFile::default();
     file.policy = Some("scrapy".into());
-    file.start_delay = Some(3.0);
+    file.start_delay = Some(1.0);
     file.max_delay = Some(1.0);
     file.slots = [("a".to_owned(), slot)].into();
     let layer = AutoThrottleLayer::new(file.build().unwrap());
     let recorder = Recorder::default();
     let mut svc = layer.layer(server(recorder.clone()));
-    // Scrapy's rule with target 4 gives max(0.0025, (3 + 0.0025) / 2) =
-    // 1.50125 s; the inherited max_delay cuts it to 1 s.
-    let mut req = request("http://a.test/", 1, 10);
+    // Scrapy's rule with target 4, after 8 s: max(2, (1 + 2) / 2) = 2 s;
+    // the inherited max_delay cuts it to 1 s.
+    let mut req = request("http://a.test/", 1, 8_000);
     req.extensions_mut()
         .insert(tower_autothrottle::DownloadSlot::new("a"));
     spawn_request(&mut svc, req).await.unwrap().unwrap();

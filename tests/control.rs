@@ -114,7 +114,12 @@ async fn settings_set_at_run_time_bind_requests_already_waiting() {
 #[tokio::test(start_paused = true)]
 async fn invalid_settings_are_refused_and_change_nothing() {
     let (layer, _) = scripted_layer(Duration::from_millis(10), 4);
-    layer.set_delay_floor("http://a.test", None);
+    // The slot exists once a request went.
+    let mut svc = layer.layer(server(Recorder::default()));
+    spawn_request(&mut svc, request("http://a.test/", 0, 0))
+        .await
+        .unwrap()
+        .unwrap();
     let err = layer
         .set_slot_settings("http://a.test", SlotSettings::new().max_concurrency(0))
         .unwrap_err();

@@ -1,6 +1,7 @@
 //! Idle slots are dropped after the idle timeout, and beyond the bound the
 //! least recently used idle ones first; slots still tied to their host
-//! (busy, paused, spacing not run out, or a delay floor) are never dropped.
+//! (busy, paused, spacing not run out) are never dropped, and a delay floor,
+//! kept in the settings table, comes back with a new slot.
 
 mod common;
 
@@ -81,8 +82,6 @@ async fn slots_tied_to_their_host_are_never_dropped() {
     let mut svc = layer.layer(server(Recorder::default()));
     // Busy: a request in flight for an hour.
     let _busy = spawn_request(&mut svc, request("http://busy.test/", 0, 3_600_000));
-    // Floored.
-    layer.set_delay_floor("http://floored.test", Some(S));
     // Spacing not run out: dispatched just now, delay 10 s.
     spawn_request(&mut svc, request("http://spaced.test/", 0, 0))
         .await
@@ -95,14 +94,10 @@ async fn slots_tied_to_their_host_are_never_dropped() {
             .unwrap()
             .unwrap();
     }
-    for key in [
-        "http://busy.test",
-        "http://floored.test",
-        "http://spaced.test",
-    ] {
+    for key in ["http://busy.test", "http://spaced.test"] {
         assert!(layer.slot(key).is_some(), "{key} was dropped");
     }
-    // Once its spacing ran out, the spaced slot may go; the others stay.
+    // Once its spacing ran out, the spaced slot may go; the busy one stays.
     tokio::time::advance(11 * S).await;
     for i in 100..200 {
         spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
@@ -112,17 +107,58 @@ async fn slots_tied_to_their_host_are_never_dropped() {
     }
     assert!(layer.slot("http://spaced.test").is_none());
     assert!(layer.slot("http://busy.test").is_some());
-    assert!(layer.slot("http://floored.test").is_some());
-    // Lifting the floor unpins it.
-    layer.set_delay_floor("http://floored.test", None);
-    tokio::time::advance(11 * S).await;
-    for i in 200..300 {
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_floor_set_before_the_first_request_holds_and_outlives_its_slot() {
+    let layer = throttle(Duration::ZERO, Duration::ZERO, 10);
+    let recorder = Recorder::default();
+    let mut svc = layer.layer(server(recorder.clone()));
+    // No slot is made for it; the floor waits in the settings table.
+    layer
+        .set_delay_floor("HTTP://Floored.test:80/", Some(5 * S))
+        .unwrap();
+    assert!(layer.slot("http://floored.test").is_none());
+    for i in 0..2 {
+        spawn_request(&mut svc, request("http://floored.test/", i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let d = recorder.of("floored.test");
+    assert_eq!(
+        d[1].at - d[0].at,
+        5 * S,
+        "the floor bound the second request"
+    );
+    // Idle and past its spacing, the slot is dropped among new hosts...
+    tokio::time::advance(6 * S).await;
+    for i in 0..100 {
         spawn_request(&mut svc, request(&format!("http://h{i}.test/"), i, 0))
             .await
             .unwrap()
             .unwrap();
     }
     assert!(layer.slot("http://floored.test").is_none());
+    // ...and its next slot has the floor again.
+    for i in 2..4 {
+        spawn_request(&mut svc, request("http://floored.test/", i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(
+        layer.slot("http://floored.test").unwrap().delay_floor,
+        5 * S
+    );
+    let d = recorder.of("floored.test");
+    assert_eq!(d[3].at - d[2].at, 5 * S);
+    // Lifted, a new slot has none.
+    layer.set_delay_floor("http://floored.test", None).unwrap();
+    assert_eq!(
+        layer.slot("http://floored.test").unwrap().delay_floor,
+        Duration::ZERO
+    );
 }
 
 #[tokio::test(start_paused = true)]

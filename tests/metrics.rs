@@ -95,7 +95,11 @@ async fn spawn_records_periodically_until_aborted() {
         slots(snapshotter.snapshot()),
         Some(DebugValue::Gauge(0.0.into()))
     );
-    layer.set_delay_floor("http://pinned.test", Some(Duration::from_secs(1)));
+    let mut svc = layer.layer(server(Recorder::default()));
+    spawn_request(&mut svc, request("http://one.test/", 0, 0))
+        .await
+        .unwrap()
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         slots(snapshotter.snapshot()),

@@ -54,7 +54,7 @@ async fn spacing_and_limit_hold_over_reqwest() {
         assert_eq!(host.stats.served(), 10);
         assert!(host.stats.max_active() <= 2);
         assert!(host.stats.min_gap().unwrap() >= delay);
-        let slot = layer.slot(&host.base()).unwrap();
+        let slot = layer.slot(host.base()).unwrap();
         assert_eq!((slot.dispatched, slot.responses), (10, 10));
         assert_eq!((slot.in_flight, slot.queued), (0, 0));
     }
@@ -95,7 +95,7 @@ async fn one_throttle_serves_a_hyper_stack_and_a_reqwest_client() {
         "one spacing over both"
     );
     assert_eq!(layer.slots().len(), 1);
-    assert_eq!(layer.slot(&host.base()).unwrap().dispatched, 10);
+    assert_eq!(layer.slot(host.base()).unwrap().dispatched, 10);
 }
 
 #[tokio::test(start_paused = true)]
@@ -104,7 +104,7 @@ async fn the_body_holds_the_place_until_read() {
     let (layer, _) = throttle(Duration::ZERO, 1);
     let client = reqwest_client(&layer);
     let first = client.get(host.url("/ok")).send().await.unwrap();
-    assert_eq!(layer.slot(&host.base()).unwrap().in_flight, 1);
+    assert_eq!(layer.slot(host.base()).unwrap().in_flight, 1);
     // A second request waits while the first body is unread.
     let second = {
         let client = client.clone();
@@ -113,11 +113,11 @@ async fn the_body_holds_the_place_until_read() {
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(host.stats.served(), 1);
-    assert_eq!(layer.slot(&host.base()).unwrap().queued, 1);
+    assert_eq!(layer.slot(host.base()).unwrap().queued, 1);
     assert_eq!(first.text().await.unwrap(), "page /ok");
     assert_eq!(second.await.unwrap().unwrap(), "page /ok");
     assert_eq!(host.stats.served(), 2);
-    assert_eq!(layer.slot(&host.base()).unwrap().in_flight, 0);
+    assert_eq!(layer.slot(host.base()).unwrap().in_flight, 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -132,7 +132,7 @@ async fn retry_after_from_reqwest_pauses_the_slot_for_every_client() {
         .await
         .unwrap();
     assert_eq!(response.status(), 429);
-    let slot = layer.slot(&host.base()).unwrap();
+    let slot = layer.slot(host.base()).unwrap();
     assert!(slot.paused_until.is_some());
     // The hyper stack on the same throttle waits too.
     let hyper = ServiceBuilder::new()
@@ -162,7 +162,7 @@ async fn extensions_choose_the_slot_and_opt_out() {
     assert_eq!(response.status(), 200);
     drop(response);
     assert_eq!(layer.slot("budget").unwrap().dispatched, 1);
-    assert!(layer.slot(&host.base()).is_none());
+    assert!(layer.slot(host.base()).is_none());
 
     // DontAdjust: the policy's new answer is not adopted on this response.
     policy.set(Duration::from_millis(500), 1);
@@ -219,7 +219,7 @@ async fn a_refused_connection_is_an_overload_and_the_error_passes_through() {
         .await
         .unwrap_err();
     assert!(error.is_connect(), "{error:?}");
-    let slot = layer.slot(&format!("http://{addr}")).unwrap();
+    let slot = layer.slot(format!("http://{addr}")).unwrap();
     assert_eq!(slot.overloads, 1);
     assert_eq!(slot.concurrency, 2);
     assert_eq!(slot.in_flight, 0);

@@ -217,7 +217,7 @@ async fn an_inner_timeout_counts_as_overload() {
 async fn the_delay_floor_binds_waiting_requests_and_can_be_lifted() {
     let recorder = Recorder::default();
     let (layer, _) = scripted_layer(10 * MS, 1);
-    layer.set_delay_floor("http://a.test", Some(2 * S));
+    layer.set_delay_floor("http://a.test", Some(2 * S)).unwrap();
     let mut svc = layer.layer(server(recorder.clone()));
     let start = Instant::now();
     let hs: Vec<_> = (0..3)
@@ -225,7 +225,7 @@ async fn the_delay_floor_binds_waiting_requests_and_can_be_lifted() {
         .collect();
     common::settle().await;
     tokio::time::advance(S).await;
-    layer.set_delay_floor("http://a.test", None);
+    layer.set_delay_floor("http://a.test", None).unwrap();
     for h in hs {
         h.await.unwrap().unwrap();
     }

@@ -20,8 +20,8 @@ use crate::time::Secs;
 pub mod file;
 mod settings;
 
-pub(crate) use settings::Overrides;
 pub use settings::SlotSettings;
+pub(crate) use settings::{Overrides, Target};
 
 /// How an [`AutoThrottleLayer`](crate::AutoThrottleLayer) throttles.
 ///
@@ -219,15 +219,27 @@ impl ConfigBuilder {
 
     setters! {
         /// Bounds the requests queued in slots plus those in flight, over all
-        /// slots (Scrapy's `CONCURRENT_REQUESTS`, which also counts queued ones).
-        /// When the bound is reached, `poll_ready` returns `Pending` until a
-        /// request finishes. Unbounded by default.
+        /// slots (Scrapy's `CONCURRENT_REQUESTS`, which also counts queued ones),
+        /// from 1 up (`usize::MAX` is no bound). When the bound is reached,
+        /// `poll_ready` returns `Pending` until a request finishes.
+        ///
+        /// Unbounded by default, and deliberately: `poll_ready` cannot see
+        /// which host a request is for, so this bound counts every host, and
+        /// one slow host's backlog would hold up requests to all the others,
+        /// which per-host throttling exists to prevent. Without it,
+        /// `poll_ready` is always ready and each slot queues what it is
+        /// given; the memory of a queued request is its future. Bound the
+        /// work at its source (a crawler's frontier, a worker pool), or set
+        /// this bound for tower-style backpressure across all hosts.
         pub fn max_pending(usize) => config.max_pending = Some;
         /// Logs every adjustment at `INFO` level (Scrapy's `AUTOTHROTTLE_DEBUG`);
         /// otherwise they are logged at `DEBUG` level.
         pub fn debug(bool) => config.debug;
         /// The longest pause a `Retry-After` (or an exhausted `RateLimit`
-        /// quota) may impose; longer ones are cut to it. Default 10 minutes.
+        /// quota) may impose; longer ones are cut to it (with a warning).
+        /// Default 10 minutes. `Duration::ZERO` ignores these pauses (the
+        /// overload backoff still reacts to a 429 or 503); `Duration::MAX`
+        /// caps nothing.
         pub fn max_retry_after(Duration) => config.max_retry_after;
         /// Randomizes each wait between two requests of a slot to
         /// `delay × (1 + U(-jitter, jitter))`, like Scrapy's
@@ -249,17 +261,23 @@ impl ConfigBuilder {
         pub fn key_strategy(KeyStrategy) => config.key_strategy;
         /// How long a resolution is kept for [`KeyStrategy::ResolvedIp`]
         /// (failures too: such a host is keyed by name meanwhile). Default 60 s.
+        /// `Duration::ZERO` keeps none: every request resolves its host.
         pub fn dns_ttl(Duration) => config.dns_ttl;
-        /// How many resolutions are kept at most (Scrapy's `DNSCACHE_SIZE`);
-        /// beyond it the oldest go first. Default 10 000.
+        /// How many resolutions are kept at most (Scrapy's `DNSCACHE_SIZE`), at
+        /// least 1; beyond it the oldest go first. Default 10 000.
         pub fn dns_cache_size(usize) => config.dns_cache_size;
         /// How long a slot is kept, with what it learned, once nothing holds it
-        /// to its host (no request in flight or queued, no delay floor, no
-        /// running pause or delay). Default 5 minutes.
+        /// to its host (no request in flight or queued, no running pause or
+        /// delay). Default 5 minutes. `Duration::ZERO` drops idle slots at
+        /// the next sweep (each host then starts afresh, though never sooner
+        /// than its delay allows); `Duration::MAX` keeps them until
+        /// [`max_slots`](Self::max_slots) is passed. Floors and settings are
+        /// kept in the settings table, so a dropped slot gets them back.
         pub fn idle_timeout(Duration) => config.idle_timeout;
-        /// Bounds the slots kept: beyond it, the least recently used idle ones
-        /// are dropped early. Busy slots are never dropped, so the bound can be
-        /// passed while more hosts than it are busy at once. Default 100 000.
+        /// Bounds the slots kept (at least 1): beyond it, the least recently
+        /// used idle ones are dropped early, down to nine tenths of it. Busy
+        /// slots are never dropped, so the bound can be passed while more
+        /// hosts than it are busy at once. Default 100 000.
         pub fn max_slots(usize) => config.max_slots;
     }
 
@@ -284,9 +302,11 @@ impl ConfigBuilder {
     }
 
     /// Settings for the slot `pattern`, an exact key or a pattern with `*`
-    /// (Scrapy's `DOWNLOAD_SLOTS`); see [`SlotSettings`] for what they set
-    /// and how patterns match. Setting the
-    /// same pattern twice keeps the last settings.
+    /// (Scrapy's `DOWNLOAD_SLOTS`), normalized as every key is (see
+    /// [`SlotKey`]); see [`SlotSettings`] for what they set and how
+    /// patterns match. Setting the same pattern twice keeps the last
+    /// settings; a pattern that cannot name a slot is refused by
+    /// [`build`](Self::build) with a [`ConfigError`] for `slot`.
     #[must_use]
     pub fn slot(mut self, pattern: impl Into<String>, settings: SlotSettings) -> Self {
         self.slots.push((pattern.into(), settings));
@@ -299,11 +319,9 @@ impl ConfigBuilder {
             return Err(error);
         }
         for (pattern, settings) in std::mem::take(&mut self.slots) {
-            if pattern.is_empty() {
-                return Err(ConfigError::new("slot", "a slot pattern must not be empty"));
-            }
+            let target = Target::parse(&pattern)?;
             let policy = settings.resolve(&self.config.policy)?;
-            self.config.overrides.set(&pattern, policy);
+            self.config.overrides.set_policy(&target, Some(policy));
         }
         if self.config.max_slots == 0 {
             return Err(ConfigError::new("max_slots", "must be at least 1"));

@@ -180,13 +180,37 @@ impl MakePolicy for BoundedMaker {
     }
 }
 
-/// A pattern of slot keys.
+/// What settings apply to: one slot key, or the keys a pattern matches
+/// (`*` is any run of characters). Both are normalized as keys are (see
+/// [`SlotKey`]), so `https://Example.com:443/` and `https://example.com`
+/// name the same slot.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Pattern(Arc<str>);
+pub(crate) enum Target {
+    Key(SlotKey),
+    Pattern(Arc<str>),
+}
 
-impl Pattern {
-    fn matches(&self, key: &str) -> bool {
-        glob(&self.0, key)
+impl Target {
+    /// Parses a key or a pattern.
+    pub(crate) fn parse(text: &str) -> Result<Target, ConfigError> {
+        let pattern = text.contains('*');
+        crate::key::normalize_pattern(text, pattern)
+            .map(|normal| {
+                if pattern {
+                    Target::Pattern(normal.into())
+                } else {
+                    Target::Key(SlotKey::verbatim(normal))
+                }
+            })
+            .map_err(|reason| ConfigError::new("slot", format!("{text:?}: {reason}")))
+    }
+
+    /// Whether it covers the slot `key`.
+    pub(crate) fn covers(&self, key: &str) -> bool {
+        match self {
+            Target::Key(k) => k.as_str() == key,
+            Target::Pattern(p) => glob(p, key),
+        }
     }
 }
 
@@ -215,59 +239,102 @@ fn glob(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
-/// The per-slot settings in force, with what makes each one's policy.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Overrides {
-    exact: HashMap<SlotKey, Arc<dyn MakePolicy>>,
-    patterns: Vec<(Pattern, Arc<dyn MakePolicy>)>,
+/// Values by key or pattern: for a slot, the value of its exact key wins,
+/// then the first matching pattern's, in the order the patterns were first
+/// set.
+#[derive(Clone, Debug)]
+struct ByTarget<T> {
+    exact: HashMap<SlotKey, T>,
+    patterns: Vec<(Arc<str>, T)>,
 }
 
-impl Overrides {
-    pub(crate) fn is_empty(&self) -> bool {
+impl<T> Default for ByTarget<T> {
+    fn default() -> Self {
+        ByTarget {
+            exact: HashMap::new(),
+            patterns: Vec::new(),
+        }
+    }
+}
+
+impl<T> ByTarget<T> {
+    fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.patterns.is_empty()
     }
 
-    /// Sets (or replaces) the policy maker for `pattern`.
-    pub(crate) fn set(&mut self, pattern: &str, policy: Arc<dyn MakePolicy>) {
-        if pattern.contains('*') {
-            let pattern = Pattern(Arc::from(pattern));
-            match self.patterns.iter_mut().find(|(p, _)| *p == pattern) {
-                Some(entry) => entry.1 = policy,
-                None => self.patterns.push((pattern, policy)),
+    /// Sets (`Some`) or removes (`None`) the value of `target`; whether
+    /// anything was set or removed.
+    fn set(&mut self, target: &Target, value: Option<T>) -> bool {
+        match (target, value) {
+            (Target::Key(key), Some(value)) => {
+                self.exact.insert(key.clone(), value);
+                true
             }
-        } else {
-            self.exact.insert(SlotKey::new(pattern), policy);
+            (Target::Key(key), None) => self.exact.remove(key.as_str()).is_some(),
+            (Target::Pattern(pattern), Some(value)) => {
+                match self.patterns.iter_mut().find(|(p, _)| p == pattern) {
+                    Some(entry) => entry.1 = value,
+                    None => self.patterns.push((Arc::clone(pattern), value)),
+                }
+                true
+            }
+            (Target::Pattern(pattern), None) => {
+                let before = self.patterns.len();
+                self.patterns.retain(|(p, _)| p != pattern);
+                before != self.patterns.len()
+            }
         }
     }
 
-    /// Removes the settings of `pattern`; whether there were any.
-    pub(crate) fn remove(&mut self, pattern: &str) -> bool {
-        if pattern.contains('*') {
-            let before = self.patterns.len();
-            self.patterns.retain(|(p, _)| &*p.0 != pattern);
-            before != self.patterns.len()
-        } else {
-            self.exact.remove(pattern).is_some()
+    /// The value that applies to the slot `key`, if any.
+    fn get(&self, key: &str) -> Option<&T> {
+        if self.is_empty() {
+            return None;
         }
+        self.exact.get(key).or_else(|| {
+            self.patterns
+                .iter()
+                .find(|(p, _)| glob(p, key))
+                .map(|(_, value)| value)
+        })
+    }
+}
+
+/// The per-slot settings in force: what makes each slot's policy, and the
+/// delay floors. They are kept here, by key or pattern, not in the slots, so
+/// a setting for a host not yet seen (or whose slot was evicted) creates no
+/// slot and holds from the host's first request.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Overrides {
+    policies: ByTarget<Arc<dyn MakePolicy>>,
+    floors: ByTarget<Duration>,
+}
+
+impl Overrides {
+    /// Sets (`Some`) or removes (`None`) what makes the policy of the slots
+    /// `target` covers; whether anything was set or removed.
+    pub(crate) fn set_policy(
+        &mut self,
+        target: &Target,
+        policy: Option<Arc<dyn MakePolicy>>,
+    ) -> bool {
+        self.policies.set(target, policy)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the delay floor of the slots
+    /// `target` covers; whether anything was set or removed.
+    pub(crate) fn set_floor(&mut self, target: &Target, floor: Option<Duration>) -> bool {
+        self.floors.set(target, floor)
     }
 
     /// What makes the policy of the slot `key`, if settings apply to it.
     pub(crate) fn policy_for(&self, key: &str) -> Option<&Arc<dyn MakePolicy>> {
-        self.exact.get(key).or_else(|| {
-            self.patterns
-                .iter()
-                .find(|(p, _)| p.matches(key))
-                .map(|(_, policy)| policy)
-        })
+        self.policies.get(key)
     }
 
-    /// Whether `pattern` (as given to [`set`](Self::set)) covers `key`.
-    pub(crate) fn covers(pattern: &str, key: &str) -> bool {
-        if pattern.contains('*') {
-            glob(pattern, key)
-        } else {
-            pattern == key
-        }
+    /// The delay floor of the slot `key` (zero if none).
+    pub(crate) fn floor_for(&self, key: &str) -> Duration {
+        self.floors.get(key).copied().unwrap_or(Duration::ZERO)
     }
 }
 
@@ -298,9 +365,10 @@ mod tests {
         let mut o = Overrides::default();
         let a: Arc<dyn MakePolicy> = Arc::new(Scrapy2012::default());
         let b: Arc<dyn MakePolicy> = Arc::new(Aimd::default());
-        o.set("https://*.example.com", Arc::clone(&a));
-        o.set("https://*", Arc::clone(&b));
-        o.set("https://www.example.com", Arc::clone(&b));
+        let t = |text| Target::parse(text).unwrap();
+        o.set_policy(&t("https://*.example.com"), Some(Arc::clone(&a)));
+        o.set_policy(&t("https://*"), Some(Arc::clone(&b)));
+        o.set_policy(&t("HTTPS://WWW.Example.com:443/"), Some(Arc::clone(&b)));
         assert_eq!(
             o.policy_for("https://www.example.com").unwrap().name(),
             "aimd"
@@ -311,12 +379,18 @@ mod tests {
         );
         assert_eq!(o.policy_for("https://other.org").unwrap().name(), "aimd");
         assert!(o.policy_for("http://other.org").is_none());
-        assert!(o.remove("https://*.example.com"));
+        assert!(o.set_policy(&t("https://*.example.com"), None));
         assert_eq!(
             o.policy_for("https://x.example.com").unwrap().name(),
             "aimd"
         );
-        assert!(!o.remove("https://*.example.com"));
+        assert!(!o.set_policy(&t("https://*.example.com"), None));
+        // Floors, by the same rules.
+        o.set_floor(&t("https://*.example.com"), Some(Duration::from_secs(2)));
+        o.set_floor(&t("https://a.example.com/"), Some(Duration::from_secs(5)));
+        assert_eq!(o.floor_for("https://a.example.com"), Duration::from_secs(5));
+        assert_eq!(o.floor_for("https://b.example.com"), Duration::from_secs(2));
+        assert_eq!(o.floor_for("https://example.com"), Duration::ZERO);
     }
 
     #[test]

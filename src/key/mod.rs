@@ -34,6 +34,7 @@
 //! the choice of a request's key are in `strategy`, the resolver for
 //! [`KeyStrategy::ResolvedIp`] in `resolve`.
 
+mod normalize;
 mod resolve;
 mod strategy;
 
@@ -44,28 +45,92 @@ pub use strategy::{KeyFn, KeyStrategy};
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 
-use http::uri::{Authority, Scheme};
+use http::uri::{Authority, Scheme, Uri};
+
+use crate::error::ConfigError;
+pub(crate) use normalize::normalize as normalize_pattern;
+use normalize::{default_port, normalize, push_host};
 
 /// The name of a slot: requests with equal keys share one delay, one
 /// concurrency limit and one FIFO queue.
+///
+/// Every key is normalized the same way, whether it comes from a request or
+/// from text a user passes ([`SlotKey::new`], [`SlotKey::parse`], `From<&str>`,
+/// and every method that takes a key or a pattern):
+///
+/// - text with a scheme is a URI: `scheme://host[:port]`, the scheme and the
+///   host lower-cased, a trailing dot, user information, a path, a query and
+///   a default port dropped (`HTTPS://Example.com:443/a/` is
+///   `https://example.com`);
+/// - text that looks like a host (`Example.COM.`, `bücher.de:8080`,
+///   `[2001:DB8::1]`) is a host: lower-cased, without a trailing dot, an
+///   internationalized name in punycode (`xn--bcher-kva.de`), an IPv6
+///   literal in its canonical form, a port kept;
+/// - any other text (`api budget`) is a name, kept as it is.
+///
+/// ```
+/// use tower_autothrottle::SlotKey;
+///
+/// assert_eq!(SlotKey::new("https://Example.com:443/").as_str(), "https://example.com");
+/// assert_eq!(SlotKey::new("BÜCHER.de").as_str(), "xn--bcher-kva.de");
+/// assert!(SlotKey::parse("http://").is_err());
+/// ```
 ///
 /// Cloning is cheap (a reference count).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SlotKey(Arc<str>);
 
 impl SlotKey {
-    /// A key with exactly this text (no normalization).
-    pub fn new(key: impl Into<Arc<str>>) -> Self {
-        SlotKey(key.into())
+    /// The key named by `text`, normalized (see [`SlotKey`]). Text that
+    /// cannot be a key (empty, or a URI without a valid host and port) is
+    /// kept as it is; [`SlotKey::parse`] says why instead.
+    pub fn new(text: impl AsRef<str>) -> Self {
+        let text = text.as_ref();
+        match normalize(text, false) {
+            Ok(key) => SlotKey(key.into()),
+            Err(_) => SlotKey(text.into()),
+        }
+    }
+
+    /// The key named by `text`, normalized (see [`SlotKey`]).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] for `key` when the text cannot be a key: empty, or
+    /// a URI without a valid host and port.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        normalize(text, false)
+            .map(|key| SlotKey(key.into()))
+            .map_err(|reason| ConfigError::new("key", format!("{text:?}: {reason}")))
+    }
+
+    /// The key the default keying gives a request to `uri`
+    /// ([`KeyStrategy::Authority`]): `None` when the URI has no authority.
+    ///
+    /// ```
+    /// use tower_autothrottle::SlotKey;
+    ///
+    /// let uri: http::Uri = "https://Example.com:443/robots.txt".parse().unwrap();
+    /// assert_eq!(SlotKey::from_uri(&uri).unwrap().as_str(), "https://example.com");
+    /// ```
+    #[must_use]
+    pub fn from_uri(uri: &Uri) -> Option<Self> {
+        Some(SlotKey::from_authority(uri.scheme(), uri.authority()?))
+    }
+
+    /// A key already in normal form.
+    pub(crate) fn verbatim(text: impl Into<Arc<str>>) -> Self {
+        SlotKey(text.into())
     }
 
     /// The slot used for requests that carry neither an authority in their
     /// URI nor a usable `Host` header.
     #[must_use]
     pub fn fallback() -> Self {
-        SlotKey::new(FALLBACK)
+        SlotKey::verbatim(FALLBACK)
     }
 
     /// The normalized key for a scheme and an authority, as used for the
@@ -128,44 +193,24 @@ pub(crate) fn write_authority_key(
             return;
         }
     }
+    let scheme = scheme.to_ascii_lowercase();
+    key.reserve(scheme.len() + 3 + text.len());
+    key.push_str(&scheme);
+    key.push_str("://");
+    if push_host(key, authority.host(), false).is_err() {
+        // Not reached: a URI's host is ASCII.
+        key.push_str(&authority.host().to_ascii_lowercase());
+    }
+    if let Some(port) = authority
+        .port_u16()
+        .filter(|&p| default_port(&scheme) != Some(p))
     {
-        let scheme_lower;
-        let scheme = if scheme.bytes().any(|b| b.is_ascii_uppercase()) {
-            scheme_lower = scheme.to_ascii_lowercase();
-            scheme_lower.as_str()
-        } else {
-            scheme
-        };
-        let host = authority.host();
-        let host = host
-            .strip_suffix('.')
-            .filter(|h| !h.is_empty())
-            .unwrap_or(host);
-        let port = authority
-            .port_u16()
-            .filter(|&p| default_port(scheme) != Some(p));
-        key.reserve(scheme.len() + 3 + host.len() + 6);
-        key.push_str(scheme);
-        key.push_str("://");
-        for c in host.chars() {
-            key.push(c.to_ascii_lowercase());
-        }
-        if let Some(port) = port {
-            use std::fmt::Write;
-            let _ = write!(key, ":{port}");
-        }
+        use std::fmt::Write;
+        let _ = write!(key, ":{port}");
     }
 }
 
 const FALLBACK: &str = "default";
-
-fn default_port(scheme: &str) -> Option<u16> {
-    match scheme {
-        "http" | "ws" => Some(80),
-        "https" | "wss" => Some(443),
-        _ => None,
-    }
-}
 
 impl fmt::Debug for SlotKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -191,28 +236,41 @@ impl AsRef<str> for SlotKey {
     }
 }
 
+/// Normalizes, as [`SlotKey::new`].
 impl From<&str> for SlotKey {
     fn from(s: &str) -> Self {
         SlotKey::new(s)
     }
 }
 
+/// Normalizes, as [`SlotKey::new`].
 impl From<String> for SlotKey {
     fn from(s: String) -> Self {
         SlotKey::new(s)
     }
 }
 
+/// Parses, as [`SlotKey::parse`].
+impl FromStr for SlotKey {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SlotKey::parse(s)
+    }
+}
+
 impl SlotKey {
-    /// The key of a host alone: lower-cased, without a trailing dot.
+    /// The key of a host alone: lower-cased, without a trailing dot, an
+    /// internationalized name in punycode (see [`SlotKey`]).
     ///
     /// ```
     /// use tower_autothrottle::SlotKey;
     /// assert_eq!(SlotKey::host("WWW.Example.COM.").as_str(), "www.example.com");
+    /// assert_eq!(SlotKey::host("BÜCHER.de").as_str(), "xn--bcher-kva.de");
     /// ```
     #[must_use]
     pub fn host(host: &str) -> Self {
-        SlotKey::new(normalize_host(host))
+        SlotKey::verbatim(normalize_host(host))
     }
 
     /// The key of a host's registrable domain by the Public Suffix List;
@@ -229,11 +287,11 @@ impl SlotKey {
     pub fn registrable_domain(host: &str) -> Self {
         let host = normalize_host(host);
         if ip_literal(&host).is_some() {
-            return SlotKey::new(host);
+            return SlotKey::verbatim(host);
         }
         match psl::domain_str(&host) {
-            Some(domain) if domain.contains('.') => SlotKey::new(domain),
-            _ => SlotKey::new(host),
+            Some(domain) if domain.contains('.') => SlotKey::verbatim(domain),
+            _ => SlotKey::verbatim(host),
         }
     }
 
@@ -241,19 +299,20 @@ impl SlotKey {
     #[must_use]
     pub fn ip(addr: std::net::IpAddr) -> Self {
         match addr {
-            std::net::IpAddr::V4(v4) => SlotKey::new(v4.to_string()),
-            std::net::IpAddr::V6(v6) => SlotKey::new(format!("[{v6}]")),
+            std::net::IpAddr::V4(v4) => SlotKey::verbatim(v4.to_string()),
+            std::net::IpAddr::V6(v6) => SlotKey::verbatim(format!("[{v6}]")),
         }
     }
 }
 
-/// Lower-cases a host and drops one trailing dot.
+/// A host, normalized (see [`SlotKey`]).
 pub(crate) fn normalize_host(host: &str) -> String {
-    let host = host
-        .strip_suffix('.')
-        .filter(|h| !h.is_empty())
-        .unwrap_or(host);
-    host.to_ascii_lowercase()
+    let mut out = String::with_capacity(host.len());
+    if push_host(&mut out, host, false).is_err() {
+        // A label too long to encode: lower-cased only.
+        out = host.to_lowercase();
+    }
+    out
 }
 
 /// The address of an IP-literal host (`10.0.0.1`, `[::1]`), if it is one.

@@ -140,7 +140,7 @@ fn key_for(
 ) -> KeyChoice {
     let mut buffer = String::new();
     match key_in(download_slot, parts, key_fn, strategy, &mut buffer) {
-        KeyChoice::InBuffer => KeyChoice::Ready(SlotKey::new(buffer)),
+        KeyChoice::InBuffer => KeyChoice::Ready(SlotKey::verbatim(buffer)),
         other => other,
     }
 }
@@ -176,7 +176,7 @@ fn key_in(
             match ip_literal(&host) {
                 Some(addr) => SlotKey::ip(addr),
                 None => {
-                    let fallback = SlotKey::new(host.clone());
+                    let fallback = SlotKey::verbatim(host.clone());
                     return KeyChoice::Resolve { host, fallback };
                 }
             }

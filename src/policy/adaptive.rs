@@ -1,7 +1,7 @@
 //! The crate's own policy: finds a host's capacity and keeps its queue near
 //! empty, adapting both concurrency and delay.
 
-use super::params::policy_params;
+use super::params::{policy_params, within};
 use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
@@ -234,7 +234,7 @@ impl AdaptiveState {
     }
 
     fn set_limit(&mut self, limit: f64) {
-        let limit = limit.clamp(1.0, self.config.max_concurrency as f64);
+        let limit = within(limit, 1.0, self.config.max_concurrency as f64);
         if limit.floor() != self.limit.floor() {
             // Responses to requests sent under the old limit say little
             // about the new one: skip those in flight now.
@@ -334,7 +334,7 @@ impl AdaptiveState {
         } else {
             pacing
         };
-        self.delay = pacing.clamp(self.config.min_delay, self.config.max_delay);
+        self.delay = within(pacing, self.config.min_delay, self.config.max_delay);
     }
 }
 

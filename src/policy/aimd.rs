@@ -1,6 +1,6 @@
 //! Netflix's AIMD limit, per slot.
 
-use super::params::{policy_params, renamed_limits};
+use super::params::{policy_params, renamed_limits, within};
 use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
@@ -56,7 +56,8 @@ impl Aimd {
         Box::new(AimdState {
             limit: self
                 .initial_concurrency
-                .clamp(self.min_concurrency, self.max_concurrency),
+                .max(self.min_concurrency)
+                .min(self.max_concurrency),
             config: self.clone(),
         })
     }
@@ -83,10 +84,10 @@ impl Policy for AimdState {
         let mut limit = self.limit;
         if drop {
             limit = (limit as f64 * c.backoff_ratio) as usize;
-        } else if sample.in_flight() * 2 >= limit {
-            limit += 1;
+        } else if sample.in_flight().saturating_mul(2) >= limit {
+            limit = limit.saturating_add(1);
         }
-        self.limit = limit.clamp(c.min_concurrency, c.max_concurrency);
+        self.limit = within(limit, c.min_concurrency, c.max_concurrency);
         self.throttle()
     }
 }

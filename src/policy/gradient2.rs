@@ -1,6 +1,6 @@
 //! Netflix's Gradient2 limit, per slot.
 
-use super::params::{policy_params, renamed_limits};
+use super::params::{policy_params, renamed_limits, within};
 use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
@@ -72,7 +72,8 @@ impl Gradient2 {
         Box::new(Gradient2State {
             limit: self
                 .initial_concurrency
-                .clamp(self.min_concurrency, self.max_concurrency) as f64,
+                .max(self.min_concurrency)
+                .min(self.max_concurrency) as f64,
             long: 0.0,
             long_count: 0,
             long_sum: 0.0,
@@ -103,7 +104,7 @@ impl Policy for Gradient2State {
         match sample.outcome() {
             Outcome::Ignore => return self.throttle(),
             Outcome::Overload => {
-                self.limit = (self.limit * 0.9).clamp(min, max);
+                self.limit = within(self.limit * 0.9, min, max);
                 return self.throttle();
             }
             Outcome::Success => {}
@@ -129,7 +130,7 @@ impl Policy for Gradient2State {
         let gradient = (c.rtt_tolerance * self.long / rtt).clamp(0.5, 1.0);
         let new = self.limit * gradient + c.queue_size as f64;
         let new = self.limit * (1.0 - c.smoothing) + new * c.smoothing;
-        self.limit = new.clamp(min, max);
+        self.limit = within(new, min, max);
         self.throttle()
     }
 }

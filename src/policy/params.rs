@@ -52,18 +52,19 @@ macro_rules! policy_params {
             $(#[$meta])*
             pub struct $name($id) {
                 $(
-                    /// The delay of a new slot (raised to `min_delay` where
-                    /// the policy has one).
+                    /// The delay of a new slot, from 0 to a day (raised to
+                    /// `min_delay` where the policy has one; above
+                    /// `max_delay`, refused).
                     start_delay: f64 = $start, seconds start_delay_secs;
                 )?
                 $(
-                    /// The lowest delay (Scrapy's `DOWNLOAD_DELAY`); the
-                    /// policies that adapt only the concurrency hold the
-                    /// delay at it.
+                    /// The lowest delay, from 0 to a day (Scrapy's
+                    /// `DOWNLOAD_DELAY`); the policies that adapt only the
+                    /// concurrency hold the delay at it.
                     min_delay: f64 = $min, seconds min_delay_secs;
                 )?
                 $(
-                    /// The highest delay.
+                    /// The highest delay, from `min_delay` to a day.
                     max_delay: f64 = $max, seconds max_delay_secs;
                 )?
                 $(
@@ -227,10 +228,15 @@ macro_rules! renamed_limits {
 
 pub(crate) use {debug_field, policy_params, renamed_limits, setter};
 
+/// The longest delay a policy's parameters may set: a day. A longer one
+/// would hold a slot for the life of most processes; to stop a host, set a
+/// delay floor of `Duration::MAX`, which blocks its slot until lifted.
+pub(crate) const MAX_DELAY_SECS: f64 = 86_400.0;
+
 /// Checks the bounds a policy has (`None`: it has no such parameter): the
-/// delays `[start, min, max]` each a finite, non-negative number of seconds,
-/// `min ≤ max`; the concurrencies `[initial, min, max]` each at least 1,
-/// `min ≤ max`.
+/// delays `[start, min, max]` each a number of seconds from 0 to
+/// [`MAX_DELAY_SECS`], `min ≤ max` and `start ≤ max`; the concurrencies
+/// `[initial, min, max]` each at least 1, `min ≤ max`.
 pub(crate) fn check_bounds(
     delays: [Option<f64>; 3],
     concurrency: [Option<usize>; 3],
@@ -248,6 +254,14 @@ pub(crate) fn check_bounds(
             return Err(ConfigError::new(
                 "max_delay",
                 format!("must not be below min_delay ({min}), got {max}"),
+            ));
+        }
+    }
+    if let [Some(start), _, Some(max)] = delays {
+        if start > max {
+            return Err(ConfigError::new(
+                "start_delay",
+                format!("must not be above max_delay ({max}), got {start}"),
             ));
         }
     }
@@ -276,14 +290,41 @@ pub(crate) fn check_bounds(
     Ok(())
 }
 
-/// Checks that `field` is a finite, non-negative number of seconds.
-pub(crate) fn check_seconds(field: &'static str, secs: f64) -> Result<(), ConfigError> {
-    if secs.is_finite() && secs >= 0.0 {
-        Ok(())
-    } else {
-        Err(ConfigError::new(
+/// Checks that `field` is a number of seconds from 0 to [`MAX_DELAY_SECS`].
+fn check_seconds(field: &'static str, secs: f64) -> Result<(), ConfigError> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        return Err(ConfigError::new(
             field,
             format!("must be finite and not negative, got {secs}"),
-        ))
+        ));
+    }
+    if secs > MAX_DELAY_SECS {
+        return Err(ConfigError::new(
+            field,
+            format!(
+                "must be at most {MAX_DELAY_SECS} s (a day), got {secs}; \
+                 a delay floor of Duration::MAX blocks a slot"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `x` within `[lo, hi]`, exactly as `clamp` computes it, but without its
+/// panic when the bounds are crossed or NaN (a policy made without
+/// [`MakePolicy::validate`]): `x` is then left as it is.
+pub(crate) fn within<T: PartialOrd>(x: T, lo: T, hi: T) -> T {
+    if lo
+        .partial_cmp(&hi)
+        .is_none_or(|o| o == std::cmp::Ordering::Greater)
+    {
+        return x;
+    }
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
     }
 }

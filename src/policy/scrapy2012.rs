@@ -49,7 +49,8 @@ policy_params! {
     pub struct Scrapy2012("scrapy-2012") {
         delays { start: 5.0, }
         concurrency { max: 8, }
-        /// How many samples make a window (at least 1).
+        /// How many samples make a window (1 to 100 000: a window keeps its
+        /// samples, as the original's list does).
         ///
         /// As in the original, the first window already holds `start_delay`
         /// as its first sample, so with a period of 1 no window ever
@@ -58,11 +59,20 @@ policy_params! {
     }
 }
 
+/// The longest window: a window keeps its latencies until it completes.
+const MAX_CHECK_PERIOD: usize = 100_000;
+
 impl Scrapy2012 {
     /// Checks the parameters beyond the bounds.
     fn check(&self) -> Result<(), ConfigError> {
-        if self.check_period < 1 {
-            return Err(ConfigError::new("check_period", "must be at least 1"));
+        if !(1..=MAX_CHECK_PERIOD).contains(&self.check_period) {
+            return Err(ConfigError::new(
+                "check_period",
+                format!(
+                    "must be between 1 and {MAX_CHECK_PERIOD}, got {}",
+                    self.check_period
+                ),
+            ));
         }
         Ok(())
     }
@@ -86,7 +96,7 @@ struct Scrapy2012State {
 
 impl Scrapy2012State {
     fn new(config: &Scrapy2012) -> Self {
-        let mut window = Vec::with_capacity(config.check_period);
+        let mut window = Vec::with_capacity(config.check_period.min(MAX_CHECK_PERIOD));
         window.push(config.start_delay);
         Scrapy2012State {
             delay: config.start_delay,

@@ -66,7 +66,10 @@ impl Vegas {
         let mut rng = self.seed ^ crate::rng::hash(key.as_str());
         let jitter = 0.5 + 0.5 * crate::rng::next_unit(&mut rng);
         Box::new(VegasState {
-            limit: self.initial_concurrency.clamp(1, self.max_concurrency) as f64,
+            limit: self
+                .initial_concurrency
+                .max(1)
+                .min(self.max_concurrency.max(1)) as f64,
             rtt_noload: 0.0,
             probe_count: 0,
             probe_jitter: jitter,
@@ -118,7 +121,7 @@ impl Policy for VegasState {
         let queue = (l * (1.0 - self.rtt_noload / rtt)).ceil();
         let new = if drop {
             l - lg(li) as f64
-        } else if ((sample.in_flight() * 2) as f64) < l {
+        } else if (sample.in_flight().saturating_mul(2) as f64) < l {
             return self.throttle();
         } else {
             let (alpha, beta, threshold) = (3 * lg(li), 6 * lg(li), lg(li));

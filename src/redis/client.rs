@@ -112,8 +112,10 @@ impl Inner {
     }
 
     fn failed(&self, error: &dyn fmt::Display) {
-        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Instant::now() + self.fleet.retry_interval);
+        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::time::after(
+            Instant::now(),
+            self.fleet.retry_interval,
+        ));
         if !self.down.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 fleet = %self.fleet.name,

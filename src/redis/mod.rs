@@ -152,15 +152,16 @@ impl Fleet {
 
     setters! {
         /// How long a place is held if its worker never gives it back (it
-        /// crashed, or lost Redis). Default 60 s.
+        /// crashed, or lost Redis): 1 ms to 365 days. Default 60 s.
         pub fn lease(Duration) => lease;
         /// The longest a Redis call may take before the worker throttles on its
-        /// own. Default 250 ms.
+        /// own: 1 ms to 60 s. Default 250 ms.
         pub fn timeout(Duration) => timeout;
         /// How long a worker throttles on its own after Redis failed, before it
-        /// tries again. Default 1 s.
+        /// tries again: 1 ms to a day. Default 1 s.
         pub fn retry_interval(Duration) => retry_interval;
-        /// How long an unused slot stays in Redis. Default 10 minutes.
+        /// How long an unused slot stays in Redis: 1 ms to 365 days. Default
+        /// 10 minutes.
         pub fn idle_ttl(Duration) => idle_ttl;
         /// Wait for Redis rather than throttle alone when it is unreachable
         /// (never risk a host's budget; requests stall while Redis is down).
@@ -175,17 +176,32 @@ impl Fleet {
                 "the fleet name must not be empty",
             ));
         }
-        for (field, value) in [
-            ("lease", self.lease),
-            ("timeout", self.timeout),
-            ("retry_interval", self.retry_interval),
+        const MS: Duration = Duration::from_millis(1);
+        const DAY: Duration = Duration::from_secs(86_400);
+        for (field, value, min, max, range) in [
+            ("lease", self.lease, MS, 365 * DAY, "1 ms to 365 days"),
+            (
+                "timeout",
+                self.timeout,
+                MS,
+                Duration::from_secs(60),
+                "1 ms to 60 s",
+            ),
+            (
+                "retry_interval",
+                self.retry_interval,
+                MS,
+                DAY,
+                "1 ms to a day",
+            ),
+            ("idle_ttl", self.idle_ttl, MS, 365 * DAY, "1 ms to 365 days"),
         ] {
-            if value.is_zero() {
-                return Err(ConfigError::new(field, "must be above zero"));
+            if !(min..=max).contains(&value) {
+                return Err(ConfigError::new(
+                    field,
+                    format!("must be from {range}, got {value:?}"),
+                ));
             }
-        }
-        if self.idle_ttl < Duration::from_millis(1) {
-            return Err(ConfigError::new("idle_ttl", "must be at least 1 ms"));
         }
         redis::Client::open(self.url.as_str())
             .map_err(|e| ConfigError::new("redis_url", format!("{:?}: {e}", self.url)))

@@ -62,12 +62,15 @@ pub(crate) fn hints(status: StatusCode, headers: &HeaderMap, max: Duration, slot
         if let Some((value, date)) = headers::retry_after_of(headers) {
             match headers::retry_after(value, date, SystemTime::now()) {
                 Ok(wait) if wait > max => {
-                    tracing::warn!(
-                        slot,
-                        ?wait,
-                        ?max,
-                        "Retry-After above max_retry_after: capped"
-                    );
+                    // `max_retry_after` zero: these pauses are off.
+                    if !max.is_zero() {
+                        tracing::warn!(
+                            slot,
+                            ?wait,
+                            ?max,
+                            "Retry-After above max_retry_after: capped"
+                        );
+                    }
                     hints.retry_after = Some(max);
                 }
                 Ok(wait) => hints.retry_after = Some(wait),
@@ -82,7 +85,7 @@ pub(crate) fn hints(status: StatusCode, headers: &HeaderMap, max: Duration, slot
                 Some(RateLimit::Pace { valid_for, .. }) => Some(valid_for),
                 None => None,
             };
-            if window == Some(max) {
+            if window == Some(max) && !max.is_zero() {
                 tracing::warn!(
                     slot,
                     ?max,

@@ -128,7 +128,7 @@ impl Signals {
         if self.factor == 1.0 {
             delay
         } else {
-            delay.mul_f64(self.factor)
+            crate::time::mul_f64(delay, self.factor)
         }
     }
 
@@ -138,7 +138,7 @@ impl Signals {
         if let Some(previous) = previous {
             let gap = now.saturating_duration_since(previous);
             self.interval = Some(match self.interval {
-                Some(i) => (i * 7 + gap) / 8,
+                Some(i) => i.saturating_mul(7).saturating_add(gap) / 8,
                 None => gap,
             });
         }
@@ -174,7 +174,7 @@ impl Signals {
                 let t = self.trouble();
                 t.overload_seq = Some(dispatched);
                 t.overload_spacing = base;
-                t.backoff_delay = (base * 2).clamp(MIN_BACKOFF, MAX_BACKOFF);
+                t.backoff_delay = base.saturating_mul(2).clamp(MIN_BACKOFF, MAX_BACKOFF);
                 t.cap = Some((limit / 2).max(1));
                 t.cap_credit = 0;
                 Reaction {
@@ -188,7 +188,7 @@ impl Signals {
                     return Reaction { outcome, changed };
                 };
                 if !t.backoff_delay.is_zero() {
-                    let fast = t.backoff_delay > t.overload_spacing.mul_f64(1.25);
+                    let fast = t.backoff_delay > crate::time::mul_f64(t.overload_spacing, 1.25);
                     t.backoff_delay -= t.backoff_delay / if fast { 16 } else { 256 };
                     if t.backoff_delay < BACKOFF_GONE {
                         t.backoff_delay = Duration::ZERO;
@@ -200,10 +200,10 @@ impl Signals {
                     if t.cap_credit >= cap {
                         t.cap_credit = 0;
                         changed = true;
-                        t.cap = if cap + 1 >= policy.concurrency() {
+                        t.cap = if cap.saturating_add(1) >= policy.concurrency() {
                             None
                         } else {
-                            Some(cap + 1)
+                            Some(cap.saturating_add(1))
                         };
                     }
                 }
@@ -221,9 +221,7 @@ impl Signals {
         if wait.is_zero() {
             return false;
         }
-        let until = now
-            .checked_add(wait)
-            .unwrap_or_else(|| crate::time::far_future(now));
+        let until = crate::time::after(now, wait);
         if self.paused_until().is_some_and(|p| p >= until) {
             return false;
         }
@@ -239,10 +237,7 @@ impl Signals {
                 let t = self.trouble();
                 t.rate_spacing = spacing;
                 // A window too long for the clock holds for as long as it can.
-                t.rate_until = Some(
-                    now.checked_add(valid_for)
-                        .unwrap_or_else(|| crate::time::far_future(now)),
-                );
+                t.rate_until = Some(crate::time::after(now, valid_for));
                 true
             }
         }

@@ -9,7 +9,9 @@
 //!
 //! - fewer requests than the slot's current limit are in flight, and
 //! - at least the slot's current delay has passed since the previous
-//!   admission of the slot (start-to-start spacing, as in Scrapy).
+//!   admission of the slot (start-to-start spacing, as in Scrapy); a delay
+//!   of `Duration::MAX` (a floor or a bound set so) blocks the slot until
+//!   it is lowered.
 //!
 //! Both are checked against the slot's state *at the moment of admission*,
 //! so a lowered limit or a raised delay binds the very next dispatch, even
@@ -216,13 +218,14 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
 /// Whether the gate lets the head of the queue through now.
 fn open(state: &SlotState, now: Instant) -> Decision {
     let (delay, limit) = state.signals.effective(&state.throttle, now);
-    if state.in_flight >= limit {
+    // A delay of `Duration::MAX` blocks the slot: nothing goes, not even a
+    // first request, until it is lowered (which wakes the head).
+    if state.in_flight >= limit || delay == Duration::MAX {
         return Decision::Wait;
     }
-    let spaced = state.last_dispatch.map(|last| {
-        last.checked_add(state.signals.gap(delay))
-            .unwrap_or_else(|| crate::time::far_future(now))
-    });
+    let spaced = state
+        .last_dispatch
+        .map(|last| crate::time::after(last, state.signals.gap(delay)));
     let paused = state.signals.paused_until();
     match spaced.into_iter().chain(paused).max() {
         Some(deadline) if deadline > now => Decision::WaitUntil(deadline),

@@ -252,13 +252,12 @@ impl SlotState {
     fn idle_since(&self, now: Instant) -> Option<Instant> {
         let state = self;
         let busy = state.in_flight > 0 || !state.waiters.is_empty();
-        let pinned = !state.signals.floor.is_zero();
         let paused = state.signals.paused_until().is_some_and(|p| p > now);
         let (delay, _) = state.signals.effective(&state.throttle, now);
         let spacing = state
             .last_dispatch
             .is_some_and(|last| last.checked_add(delay).is_none_or(|next| next > now));
-        (!busy && !pinned && !paused && !spacing).then_some(state.last_used)
+        (!busy && !paused && !spacing).then_some(state.last_used)
     }
 
     /// Takes the waker of the request at the head of the queue, if any.

@@ -9,7 +9,7 @@ use dashmap::DashMap;
 use tokio::time::Instant;
 
 use super::{Slot, SlotSnapshot};
-use crate::config::Overrides;
+use crate::config::{Overrides, Target};
 use crate::key::SlotKey;
 use crate::policy::{MakePolicy, Policy};
 use crate::signals::Signals;
@@ -19,13 +19,17 @@ use crate::signals::Signals;
 /// # Eviction
 ///
 /// A slot is *evictable* when nothing holds it to its host: no request in
-/// flight or queued, no delay floor set, its `Retry-After` pause over, and
-/// its delay since the last dispatch run out (so a fresh slot for the same
-/// host could not send anything too early). Evictable slots idle for
-/// `idle_timeout` are dropped, and beyond `max_slots` the least recently
-/// used evictable ones go first, down to nine tenths of the bound. This
-/// runs when slots are created (after as many new slots as half the table,
-/// or when the bound is passed), so it costs O(1) per new slot amortized.
+/// flight or queued, its `Retry-After` pause over, and its delay since the
+/// last dispatch run out (so a fresh slot for the same host could not send
+/// anything too early). A delay floor does not hold it: floors and settings
+/// live in the settings table and come back with a new slot. Evictable
+/// slots idle for `idle_timeout` are dropped, and beyond `max_slots` the
+/// least recently used evictable ones go first, down to nine tenths of the
+/// bound. This runs when slots are created: after as many new slots as half
+/// the table, or, past the bound, as a tenth of the table. A sweep is
+/// linear in the table, so it costs O(1) per new slot amortized, even when
+/// nothing can be evicted; the table can pass its bound by a tenth between
+/// sweeps, and by as many busy slots as there are.
 ///
 /// A request joins its slot's queue while holding the table's shard lock,
 /// and eviction removes a slot under the shard's write lock after checking
@@ -81,7 +85,7 @@ impl SlotTable {
         if let Some(slot) = self.slots.get(key) {
             return f(&slot);
         }
-        self.with_new_slot(SlotKey::new(key), f)
+        self.with_new_slot(SlotKey::verbatim(key), f)
     }
 
     /// The way of [`with_slot`](Self::with_slot) once a plain lookup missed:
@@ -92,8 +96,16 @@ impl SlotTable {
             dashmap::Entry::Occupied(slot) => (f(slot.get()), false),
             dashmap::Entry::Vacant(vacant) => {
                 let key = vacant.key().clone();
-                let policy = self.make_policy(&key);
-                let signals = Signals::new(self.jitter, self.seed ^ crate::rng::hash(key.as_str()));
+                let (policy, floor) = {
+                    let overrides = self.overrides();
+                    (
+                        self.make_policy(&overrides, &key),
+                        overrides.floor_for(key.as_str()),
+                    )
+                };
+                let mut signals =
+                    Signals::new(self.jitter, self.seed ^ crate::rng::hash(key.as_str()));
+                signals.floor = floor;
                 let slot = vacant.insert(Arc::new(Slot::new(key, policy, signals)));
                 (f(&slot), true)
             }
@@ -101,7 +113,12 @@ impl SlotTable {
         if created {
             let created = self.created.fetch_add(1, Ordering::Relaxed) + 1;
             let len = self.slots.len();
-            if len > self.max_slots || created >= (len / 2).max(64) {
+            // A sweep every half a table of new slots, or, past the bound,
+            // every tenth of a table: amortized O(1) per new slot even when
+            // nothing can be evicted.
+            let due = (len / 2).max(64);
+            let over = len > self.max_slots && created >= (len / 10).max(1);
+            if over || created >= due {
                 self.created.store(0, Ordering::Relaxed);
                 self.evict(Instant::now());
             }
@@ -109,40 +126,70 @@ impl SlotTable {
         result
     }
 
-    /// A fresh policy for the slot `key`: its settings', or the default.
-    fn make_policy(&self, key: &SlotKey) -> Box<dyn Policy> {
-        let overrides = self.overrides.read().unwrap_or_else(|p| p.into_inner());
-        if !overrides.is_empty() {
-            if let Some(policy) = overrides.policy_for(key.as_str()) {
-                return policy.make_policy(key);
-            }
-        }
-        self.policy.make_policy(key)
+    /// The settings table, read.
+    fn overrides(&self) -> std::sync::RwLockReadGuard<'_, Overrides> {
+        self.overrides.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Sets (`Some`) or removes (`None`) the settings of `pattern`, and
-    /// gives every existing slot it covers a fresh policy made by what now
-    /// applies to it; whether anything was set or removed.
-    pub(crate) fn set_settings(&self, pattern: &str, policy: Option<Arc<dyn MakePolicy>>) -> bool {
+    /// A fresh policy for the slot `key`: its settings', or the default.
+    fn make_policy(&self, overrides: &Overrides, key: &SlotKey) -> Box<dyn Policy> {
+        match overrides.policy_for(key.as_str()) {
+            Some(policy) => policy.make_policy(key),
+            None => self.policy.make_policy(key),
+        }
+    }
+
+    /// The slots `target` covers.
+    fn covered(&self, target: &Target) -> Vec<Arc<Slot>> {
+        if let Target::Key(key) = target {
+            return self
+                .slots
+                .get(key.as_str())
+                .map(|s| Arc::clone(&s))
+                .into_iter()
+                .collect();
+        }
+        self.slots
+            .iter()
+            .filter(|e| target.covers(e.key().as_str()))
+            .map(|e| Arc::clone(e.value()))
+            .collect()
+    }
+
+    /// Sets (`Some`) or removes (`None`) the policy settings of `target`,
+    /// and gives every existing slot it covers a fresh policy made by what
+    /// now applies to it; whether anything was set or removed.
+    pub(crate) fn set_settings(
+        &self,
+        target: &Target,
+        policy: Option<Arc<dyn MakePolicy>>,
+    ) -> bool {
         {
             let mut overrides = self.overrides.write().unwrap_or_else(|p| p.into_inner());
-            match policy {
-                Some(policy) => overrides.set(pattern, policy),
-                None => {
-                    if !overrides.remove(pattern) {
-                        return false;
-                    }
-                }
+            if !overrides.set_policy(target, policy) {
+                return false;
             }
         }
-        let covered: Vec<Arc<Slot>> = self
-            .slots
-            .iter()
-            .filter(|e| Overrides::covers(pattern, e.key().as_str()))
-            .map(|e| Arc::clone(e.value()))
-            .collect();
-        for slot in covered {
-            slot.set_policy(self.make_policy(&slot.key));
+        for slot in self.covered(target) {
+            let policy = self.make_policy(&self.overrides(), &slot.key);
+            slot.set_policy(policy);
+        }
+        true
+    }
+
+    /// Sets (`Some`) or removes (`None`) the delay floor of `target`, and
+    /// gives every existing slot it covers the floor that now applies to
+    /// it; whether anything was set or removed.
+    pub(crate) fn set_floor(&self, target: &Target, floor: Option<Duration>) -> bool {
+        {
+            let mut overrides = self.overrides.write().unwrap_or_else(|p| p.into_inner());
+            if !overrides.set_floor(target, floor) {
+                return false;
+            }
+        }
+        for slot in self.covered(target) {
+            let floor = self.overrides().floor_for(slot.key.as_str());
+            slot.set_floor(floor);
         }
         true
     }
@@ -166,9 +213,15 @@ impl SlotTable {
                     .map(|since| (since, e.key().clone()))
             })
             .collect();
-        idle.sort();
         let target = self.max_slots - self.max_slots / 10;
         let mut excess = self.slots.len().saturating_sub(target);
+        // The `excess` least recently used first, in order, found in linear
+        // time; the others after them, should some of those turn busy.
+        let first = excess.min(idle.len());
+        if first < idle.len() {
+            idle.select_nth_unstable(first);
+        }
+        idle[..first].sort_unstable();
         for (_, key) in idle {
             if excess == 0 {
                 break;
