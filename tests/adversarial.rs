@@ -183,8 +183,23 @@ async fn a_body_that_never_ends_holds_its_place_until_the_caller_gives_up() {
     assert_eq!((slot.in_flight, slot.queued), (0, 0));
     // The first two hold their places until their callers give up at 2 s;
     // the freed places go to the others in that same instant, just before
-    // their own callers give up too.
-    assert!(slot.dispatched >= 2);
+    // their own callers give up too (so they may never reach the server).
+    // Counted at the server: two arrivals at the start, any others at 2 s
+    // (never before a place was free), each a dispatch the slot counted.
+    let arrivals = seen.arrivals.lock().unwrap().clone();
+    let start = arrivals[0];
+    assert_eq!(
+        arrivals.iter().filter(|a| **a == start).count(),
+        2,
+        "{arrivals:?}"
+    );
+    assert!(
+        arrivals[2..]
+            .iter()
+            .all(|a| *a - start == Duration::from_secs(2)),
+        "{arrivals:?}"
+    );
+    assert!((arrivals.len() as u64..=6).contains(&slot.dispatched));
 }
 
 #[tokio::test(start_paused = true)]

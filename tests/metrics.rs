@@ -12,9 +12,19 @@ use tower::Layer;
 
 /// `(name, slot label)` → value, from one `record` call.
 fn recorded(layer: &tower_autothrottle::AutoThrottleLayer) -> HashMap<(String, String), f64> {
+    recorded_with(layer, tower_autothrottle::metrics::DEFAULT_SLOT_SERIES)
+}
+
+/// The same from one `record_with(layer, slot_series)` call.
+fn recorded_with(
+    layer: &tower_autothrottle::AutoThrottleLayer,
+    slot_series: usize,
+) -> HashMap<(String, String), f64> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
-    metrics::with_local_recorder(&recorder, || tower_autothrottle::metrics::record(layer));
+    metrics::with_local_recorder(&recorder, || {
+        tower_autothrottle::metrics::record_with(layer, slot_series)
+    });
     snapshotter
         .snapshot()
         .into_vec()
@@ -106,4 +116,51 @@ async fn spawn_records_periodically_until_aborted() {
         Some(DebugValue::Gauge(1.0.into()))
     );
     task.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_slot_series_are_bounded_to_the_busiest() {
+    let (layer, _) = scripted_layer(Duration::ZERO, 8);
+    let mut svc = layer.layer(server(Recorder::default()));
+    // Five idle hosts, and one with three requests still in flight.
+    for i in 0..5 {
+        spawn_request(&mut svc, request(&format!("http://idle{i}.test/"), i, 0))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let busy: Vec<_> = (0..3)
+        .map(|i| spawn_request(&mut svc, request("http://busy.test/", 10 + i, 60_000)))
+        .collect();
+    settle().await;
+    let labelled = |m: &HashMap<(String, String), f64>| {
+        let mut slots: Vec<String> = m
+            .keys()
+            .filter(|(name, slot)| name == "autothrottle_in_flight" && !slot.is_empty())
+            .map(|(_, slot)| slot.clone())
+            .collect();
+        slots.sort();
+        slots
+    };
+    // The default bound (100) labels all six; the totals are there too.
+    let m = recorded(&layer);
+    assert_eq!(labelled(&m).len(), 6);
+    assert_eq!(
+        m[&("autothrottle_in_flight_total".to_owned(), String::new())],
+        3.0
+    );
+    assert_eq!(m[&("autothrottle_slots".to_owned(), String::new())], 6.0);
+    // A bound of one labels the busiest alone; zero, none.
+    let m = recorded_with(&layer, 1);
+    assert_eq!(labelled(&m), ["http://busy.test"]);
+    assert_eq!(
+        m[&("autothrottle_in_flight_total".to_owned(), String::new())],
+        3.0
+    );
+    let m = recorded_with(&layer, 0);
+    assert!(labelled(&m).is_empty());
+    assert!(m.keys().all(|(_, slot)| slot.is_empty()));
+    for t in busy {
+        t.abort();
+    }
 }

@@ -3,7 +3,7 @@
 //! `host[:port]` for what looks like a host, the text itself for any other
 //! name.
 //!
-//! A host is lower-cased and loses one trailing dot; an internationalized
+//! A host is lower-cased and loses its trailing dots; an internationalized
 //! name is written in the ASCII form a URI carries (punycode, RFC 3492, after
 //! Unicode lower-casing; the rest of IDNA's mapping is not applied, so give
 //! names in NFC); an IPv6 literal is written in its canonical form
@@ -117,10 +117,10 @@ pub(crate) fn push_host(out: &mut String, host: &str, pattern: bool) -> Result<(
         }
         return Ok(());
     }
-    let host = host
-        .strip_suffix('.')
-        .filter(|h| !h.is_empty())
-        .unwrap_or(host);
+    // Trailing dots go (`example.com.` is `example.com`), all of them, so
+    // that normalizing twice changes nothing; a host of dots alone stays.
+    let trimmed = host.trim_end_matches('.');
+    let host = if trimmed.is_empty() { host } else { trimmed };
     if host.is_ascii() {
         out.extend(host.chars().map(|c| c.to_ascii_lowercase()));
         return Ok(());
@@ -286,6 +286,8 @@ mod tests {
     #[test]
     fn hosts_and_names() {
         assert_eq!(key("WWW.Example.COM."), "www.example.com");
+        assert_eq!(key("a.test.."), "a.test");
+        assert_eq!(key("ä.."), "xn--4ca");
         assert_eq!(key("example.com:0080"), "example.com:80");
         assert_eq!(key("[::1]:8080"), "[::1]:8080");
         assert_eq!(key("2001:DB8:0::1"), "[2001:db8::1]");

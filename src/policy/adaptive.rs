@@ -83,6 +83,9 @@ policy_params! {
     /// servers and on slow but unbounded ones it is more cautious than the
     /// best fixed concurrency: see the README's scoreboard.
     ///
+    /// A start delay is raised to `min_delay`; one above `max_delay` is
+    /// refused.
+    ///
     /// | parameter | default |
     /// |---|---|
     /// | `start_delay` | 0 |
@@ -99,6 +102,15 @@ policy_params! {
 impl Adaptive {
     /// Checks the parameters beyond the bounds.
     fn check(&self) -> Result<(), ConfigError> {
+        if self.start_delay > self.max_delay {
+            return Err(ConfigError::new(
+                "start_delay",
+                format!(
+                    "must not be above max_delay ({}), got {}",
+                    self.max_delay, self.start_delay
+                ),
+            ));
+        }
         if self.initial_concurrency > self.max_concurrency {
             return Err(ConfigError::new(
                 "initial_concurrency",

@@ -53,8 +53,7 @@ macro_rules! policy_params {
             pub struct $name($id) {
                 $(
                     /// The delay of a new slot, from 0 to a day (raised to
-                    /// `min_delay` where the policy has one; above
-                    /// `max_delay`, refused).
+                    /// `min_delay` where the policy has one).
                     start_delay: f64 = $start, seconds start_delay_secs;
                 )?
                 $(
@@ -235,7 +234,7 @@ pub(crate) const MAX_DELAY_SECS: f64 = 86_400.0;
 
 /// Checks the bounds a policy has (`None`: it has no such parameter): the
 /// delays `[start, min, max]` each a number of seconds from 0 to
-/// [`MAX_DELAY_SECS`], `min ≤ max` and `start ≤ max`; the concurrencies
+/// [`MAX_DELAY_SECS`], `min ≤ max`; the concurrencies
 /// `[initial, min, max]` each at least 1, `min ≤ max`.
 pub(crate) fn check_bounds(
     delays: [Option<f64>; 3],
@@ -254,14 +253,6 @@ pub(crate) fn check_bounds(
             return Err(ConfigError::new(
                 "max_delay",
                 format!("must not be below min_delay ({min}), got {max}"),
-            ));
-        }
-    }
-    if let [Some(start), _, Some(max)] = delays {
-        if start > max {
-            return Err(ConfigError::new(
-                "start_delay",
-                format!("must not be above max_delay ({max}), got {start}"),
             ));
         }
     }

@@ -22,7 +22,10 @@ policy_params! {
     /// if status != 200 and new <= delay: keep delay, else delay = new
     /// ```
     ///
-    /// Unlike the 2012 rules, a zero latency is a sample like any other.
+    /// Unlike the 2012 rules, a zero latency is a sample like any other. As in
+    /// Scrapy, a start delay above `max_delay` is where a new slot starts
+    /// (Scrapy does not clamp `AUTOTHROTTLE_START_DELAY`); the first response
+    /// brings the delay within the bounds.
     ///
     /// | parameter | default | Scrapy setting |
     /// |---|---|---|

@@ -170,16 +170,26 @@ mod tests {
 
     #[test]
     fn probes_reset_the_noload_latency() {
+        // Limit 10, probe multiplier 1: the first probe comes after
+        // U[0.5, 1) × 10 samples, that is at a count from 5 to 10.
         let mut p = Vegas::default()
-            .initial_concurrency(1)
+            .initial_concurrency(10)
             .probe_multiplier(1)
             .make_policy(&SlotKey::new("t"));
-        // jitter*1*1 <= count holds on the first sample: a probe.
-        p.on_sample(&ok(0.5, 1));
-        // The no-load latency is now 0.5; a sample at 1.0 gives queue
-        // ceil(1 * 0.5) = 1 <= threshold 1, so +6 (unless it probes again).
-        let t = p.on_sample(&ok(1.0, 1));
-        assert!(t.concurrency() == 1 || t.concurrency() == 7);
+        // The first sample sets the no-load latency: 0.1 s.
+        assert_eq!(p.on_sample(&ok(0.1, 10)).concurrency(), 10);
+        // At 0.2 s, queue = ceil(10 × (1 − 0.1 / 0.2)) = 5: between alpha
+        // (3) and beta (6), no change, until the probe takes 0.2 s as the
+        // new no-load latency; the next sample then shows no queue (0 ≤
+        // threshold 1): + beta (6) = 16.
+        let limits: Vec<usize> = (2..=12)
+            .map(|_| p.on_sample(&ok(0.2, 10)).concurrency())
+            .collect();
+        let first_raise = limits.iter().position(|&l| l != 10).expect("a probe came");
+        assert_eq!(limits[first_raise], 16, "{limits:?}");
+        // Samples 2.. are at positions 0..: the probe at count 5 to 10 is at
+        // position 3 to 8, the raise one later.
+        assert!((4..=9).contains(&first_raise), "{limits:?}");
     }
 
     #[test]

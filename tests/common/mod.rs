@@ -330,3 +330,19 @@ pub fn random_trace(rng: &mut Rng, lines: usize) -> Vec<(f64, u16)> {
     out.truncate(lines);
     out
 }
+
+/// Says that a test skipped its check, and why, on the test binary's
+/// standard error itself (not the captured output, so that the line shows
+/// among the results of `cargo test`), or fails the test when `CI` is set:
+/// CI must run every check.
+pub fn skip(test: &str, why: &str, how: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: {why}; CI must run it ({how})"
+    );
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "SKIPPED {test}: {why}; to run it: {how}"
+    );
+}
