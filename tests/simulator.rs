@@ -115,3 +115,325 @@ fn several_hosts_each_near_their_own_capacity() {
     let (oracle, _) = sim::oracle(&s, 1);
     assert!(oracle / ours.makespan >= 0.9);
 }
+
+// The server models themselves, and the oracle: each checked with the
+// oracle's own client (a fixed concurrency), so these tests do not depend
+// on any policy.
+
+use std::time::Duration;
+
+use sim::{Change, Host, Model, ServiceTime};
+
+fn alone(host: Host) -> Scenario {
+    Scenario {
+        name: "test",
+        about: "",
+        hosts: vec![host],
+    }
+}
+
+fn uniform(ms: u64) -> ServiceTime {
+    ServiceTime::Uniform {
+        base: Duration::from_millis(ms),
+        spread: 0.1,
+    }
+}
+
+/// The mean latency of the responses in the samples within `(from, to]`.
+fn mean_latency(host: &sim::HostResult, from: f64, to: f64) -> f64 {
+    let l: Vec<f64> = host
+        .series
+        .iter()
+        .filter(|p| p.t > from && p.t <= to)
+        .filter_map(|p| p.latency)
+        .collect();
+    l.iter().sum::<f64>() / l.len() as f64
+}
+
+#[test]
+fn random_errors_are_the_same_share_at_any_load_and_not_load() {
+    let host = |n| {
+        Host::new(
+            "r",
+            Model::queue(32, uniform(100)).with_random_errors(0.02),
+            n,
+        )
+    };
+    for (k, requests) in [(1, 1500), (32, 5000), (64, 5000)] {
+        let run = sim::run(&alone(host(requests)), &Client::Fixed(k), 1);
+        let h = &run.hosts[0];
+        let share = h.other_errors as f64 / h.sent as f64;
+        // Binomial: about 0.02 ± 0.004 (one standard deviation) at 1 500.
+        assert!((0.008..=0.032).contains(&share), "k {k}: share {share:.4}");
+        assert_eq!(h.load_overloads, 0, "k {k}: random 503s are not load");
+        assert_eq!(h.overloads, h.other_errors);
+        assert_eq!(h.load_share(), 0.0);
+        assert!(h.makespan.is_finite(), "every page fetched, errors retried");
+    }
+}
+
+#[test]
+fn latency_drift_applies_to_service_times_drawn_after_the_change() {
+    // ×10 at 5 s: 100 ms before, 1 s after (8 in flight on 8 workers: no
+    // queue, the latency is the service time).
+    let up = Host::new(
+        "up",
+        Model::queue(8, uniform(100))
+            .with_changes(vec![(Duration::from_secs(5), Change::Latency(10.0))]),
+        480,
+    );
+    let run = sim::run(&alone(up), &Client::Fixed(8), 1);
+    let h = &run.hosts[0];
+    let before = mean_latency(h, 1.0, 4.9);
+    let after = mean_latency(h, 7.0, h.makespan);
+    assert!((0.095..=0.105).contains(&before), "before {before}");
+    assert!((0.95..=1.05).contains(&after), "after {after}");
+    assert_eq!(h.mean_queue, 0.0);
+    // ÷10 at 5 s.
+    let down = Host::new(
+        "down",
+        Model::queue(8, uniform(1000))
+            .with_changes(vec![(Duration::from_secs(5), Change::Latency(0.1))]),
+        400,
+    );
+    let run = sim::run(&alone(down), &Client::Fixed(8), 1);
+    let h = &run.hosts[0];
+    let before = mean_latency(h, 1.0, 4.9);
+    let after = mean_latency(h, 7.0, h.makespan);
+    assert!((0.95..=1.05).contains(&before), "before {before}");
+    assert!((0.095..=0.105).contains(&after), "after {after}");
+}
+
+#[test]
+fn capacity_change_shows_in_the_queue_and_the_regimes() {
+    // 16 in flight on 16 workers, then 4 workers from 5 s to 10 s: a
+    // queue of 12 while there are 4 workers, none before or after.
+    let host = Host::new(
+        "drop",
+        Model::queue(16, uniform(50)).with_changes(vec![
+            (Duration::from_secs(5), Change::Workers(4)),
+            (Duration::from_secs(10), Change::Workers(16)),
+        ]),
+        3000,
+    );
+    let run = sim::run(&alone(host.clone()), &Client::Fixed(16), 1);
+    let h = &run.hosts[0];
+    assert_eq!(h.regime_queues.len(), 3);
+    assert!(h.regime_queues[0] < 0.01, "{:?}", h.regime_queues);
+    assert!(
+        (11.0..=12.0).contains(&h.regime_queues[1]),
+        "{:?}",
+        h.regime_queues
+    );
+    assert!(h.regime_queues[2] < 0.01, "{:?}", h.regime_queues);
+    // It never settles while 4 workers serve 16 requests, and settles at
+    // once when the 16 workers are back.
+    assert_eq!(h.settle, vec![(5.0, None), (10.0, Some(0.0))]);
+    // One concurrency per regime follows the change: no queue at all.
+    let run = sim::run(&alone(host), &Client::Schedule(vec![16, 4, 16]), 1);
+    let h = &run.hosts[0];
+    assert!(h.mean_queue < 0.05, "{:?}", h.regime_queues);
+    assert_eq!(h.settle, vec![(5.0, Some(0.0)), (10.0, Some(0.0))]);
+}
+
+#[test]
+fn settle_needs_every_window_after_the_change_not_one() {
+    let step = sim::SAMPLE.as_secs_f64();
+    // A change at 1 s; from 1 to 2 s a queue of 3, then 0 for 1 s, a burst
+    // of 5 for 0.5 s at 3 s, then 0 until 6 s.
+    let series: Vec<sim::Point> = (1..=120)
+        .map(|i| {
+            let t = i as f64 * step;
+            let q = if t > 1.0 && t <= 2.0 {
+                3.0
+            } else if t > 3.0 && t <= 3.5 {
+                5.0
+            } else {
+                0.0
+            };
+            sim::Point {
+                t,
+                queue: q,
+                queue_avg: q,
+                ..Default::default()
+            }
+        })
+        .collect();
+    let settle = sim::settle(&series, &[1.0], 6.0);
+    assert_eq!(settle.len(), 1);
+    // A window holding more than 0.2 s of the burst (5 × 0.2 = 1
+    // request·s) is above 1: the last such one starts at 3.25 s, so every
+    // window from 3.3 s on is at most 1: settled 2.3 s after the change
+    // (not at 2 s, the first good second).
+    let s = settle[0].1.expect("settled");
+    assert!((s - 2.3).abs() < 1e-6, "settled after {s}");
+    // Not settled if the last second is above 1.
+    let settle = sim::settle(&series, &[1.0], 2.0);
+    assert_eq!(settle, vec![(1.0, None)]);
+}
+
+#[test]
+fn storm_answers_429_and_retry_after_1_to_everything_for_1_5_s() {
+    let storm = || {
+        Host::new(
+            "storm",
+            Model::rate_limited(400.0, 20.0, uniform(20)).with_storm(Duration::from_millis(1500)),
+            400,
+        )
+    };
+    // The request at 0 s and the one at 1 s (the pause's end) are
+    // refused (the client learns of the pause from the first answer and
+    // sends nothing more until its end); the ones from 2 s are served.
+    let run = sim::run(&alone(storm()), &Client::Fixed(4), 1);
+    let h = &run.hosts[0];
+    assert_eq!(h.other_errors, 2, "the storm's 429s");
+    assert_eq!(h.load_overloads, 0, "200 requests/s are under the limit");
+    assert_eq!(h.early, 0, "the oracle's client honours Retry-After");
+    let first = h.series.iter().find(|p| p.completed > 0).unwrap();
+    assert!(first.t > 2.0, "first page at {}", first.t);
+    // After the storm, the limit: 800 requests/s get load-caused 429s;
+    // 350/s get none.
+    let run = sim::run(&alone(storm()), &Client::Paced(800.0), 1);
+    assert!(run.hosts[0].load_overloads > 0);
+    let run = sim::run(&alone(storm()), &Client::Paced(350.0), 1);
+    assert_eq!(run.hosts[0].load_overloads, 0);
+    assert_eq!(run.hosts[0].early, 0);
+}
+
+#[test]
+fn queue_bound_refuses_beyond_four_waiting() {
+    let host = || Host::new("q", Model::queue(16, uniform(50)).with_max_queue(4), 2000);
+    let run = sim::run(&alone(host()), &Client::Fixed(20), 1);
+    let h = &run.hosts[0];
+    assert_eq!(h.overloads, 0, "16 served and 4 waiting fit");
+    assert!(h.p95_queue <= 4.0);
+    let run = sim::run(&alone(host()), &Client::Fixed(24), 1);
+    let h = &run.hosts[0];
+    assert!(h.load_overloads > 0, "the 21st to 24th are refused");
+    assert_eq!(h.other_errors, 0);
+    assert!(h.series.iter().all(|p| p.queue <= 4.0));
+}
+
+#[test]
+fn heavy_tails_have_their_stated_means() {
+    // 8 in flight on 8 workers: the makespan is about requests × mean / 8.
+    for (service, mean) in [
+        (
+            ServiceTime::LogNormal {
+                mean: Duration::from_millis(100),
+                sigma: 0.8,
+            },
+            0.1,
+        ),
+        (
+            ServiceTime::Bimodal {
+                fast: Duration::from_millis(50),
+                slow: Duration::from_millis(500),
+                p_slow: 0.1,
+            },
+            0.095,
+        ),
+        (
+            ServiceTime::Pareto {
+                base: Duration::from_millis(100),
+                alpha: 2.5,
+            },
+            0.1,
+        ),
+    ] {
+        assert!((service.mean() - mean).abs() < 1e-9);
+        let host = Host::new("tail", Model::queue(8, service), 8000);
+        let run = sim::run(&alone(host), &Client::Fixed(8), 1);
+        let per_request = run.makespan * 8.0 / 8000.0;
+        assert!(
+            (per_request / mean - 1.0).abs() < 0.06,
+            "{service:?}: {per_request:.4} s per request"
+        );
+    }
+}
+
+#[test]
+fn oracle_sweeps_past_64_to_a_thousand_workers() {
+    let host = Host::new("big", Model::queue(1000, uniform(400)), 20_000).pool(4096);
+    let oracle = sim::oracle_host(&host, 0, 1);
+    assert!(oracle.polite);
+    assert!((1000..=1001).contains(&oracle.k), "k {}", oracle.k);
+    // 20 rounds of 400 ms.
+    assert!(oracle.makespan < 8.5, "makespan {}", oracle.makespan);
+}
+
+#[test]
+fn oracle_follows_a_capacity_drop_with_one_concurrency_per_regime() {
+    let drop = sim::scenarios()
+        .into_iter()
+        .find(|s| s.name == "drop")
+        .unwrap();
+    let oracle = sim::oracle_host(&drop.hosts[0], 0, 1);
+    assert!(oracle.polite);
+    let ks: Vec<usize> = oracle
+        .label
+        .split('/')
+        .map(|k| k.parse().unwrap())
+        .collect();
+    assert_eq!(ks.len(), 3, "{}", oracle.label);
+    assert!((16..=17).contains(&ks[0]) && (4..=5).contains(&ks[1]) && (16..=17).contains(&ks[2]));
+}
+
+#[test]
+fn oracle_paces_a_rate_limit() {
+    let s = scenario("rate-limited");
+    let oracle = sim::oracle_host(&s.hosts[0], 0, 1);
+    assert!(oracle.polite, "{}", oracle.label);
+    let ideal = sim::ideal(&s).unwrap();
+    assert!(
+        oracle.makespan <= ideal * 1.05,
+        "{} vs ideal {ideal}",
+        oracle.makespan
+    );
+}
+
+#[test]
+fn many_hosts_with_one_task_per_request_each_run_alone() {
+    let s = Scenario {
+        name: "tiny",
+        about: "",
+        hosts: ["a", "b", "c", "d"]
+            .into_iter()
+            .map(|n| Host::new(n, Model::queue(1, uniform(200)), 25))
+            .collect(),
+    };
+    let run = sim::run(&s, &Client::Fixed(1), 1);
+    for h in &run.hosts {
+        assert_eq!(h.mean_queue, 0.0);
+        // The same draws as the host alone (the oracle's run).
+        let i = s.hosts.iter().position(|x| x.name == h.name).unwrap();
+        let solo = sim::oracle_host(&s.hosts[i], i, 1);
+        assert_eq!(solo.k, 1);
+        assert_eq!(solo.makespan, h.makespan, "{}", h.name);
+    }
+}
+
+#[test]
+fn new_scenarios_are_identical_for_a_seed() {
+    for name in ["storm", "errors-0.5", "drift-up", "queue-503"] {
+        let s = scenario(name);
+        let a = sim::run(&s, &default_policy(), 3);
+        let b = sim::run(&s, &default_policy(), 3);
+        let key = |r: &sim::RunResult| {
+            let h = &r.hosts[0];
+            (
+                h.sent,
+                h.load_overloads,
+                h.other_errors,
+                h.early,
+                h.mean_queue.to_bits(),
+                h.series
+                    .iter()
+                    .map(|p| (p.concurrency.to_bits(), p.queue_avg.to_bits(), p.completed))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(a.makespan.to_bits(), b.makespan.to_bits(), "{name}");
+        assert_eq!(key(&a), key(&b), "{name}");
+    }
+}
