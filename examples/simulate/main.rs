@@ -15,7 +15,7 @@
 //! | `--seed N` | the seed of the servers' randomness | 1 |
 //! | `--seeds A-B` | every seed from A to B (or one: `--seeds N`): each seed's scoreboard in turn (each starting `seed N`), then `worst of seeds A-B`: per scenario, each policy's worst row over the seeds (max makespan, min `thr%`, max of the other columns; `react` `-` if any seed never settled) and the default's verdict on every seed, then how many scenarios the default meets on every seed; with `--wide`, each seed's grid in turn | |
 //! | `--policy NAME` | only this policy (repeatable) | all |
-//! | `--scenario NAME` | only this scenario (repeatable) | all |
+//! | `--scenario NAME` | only this scenario (repeatable; with `--wide`, a server of the grid such as `w8-100ms-ln0.8`) | all |
 //! | `--wide` | instead, a grid of 48 queue servers (workers 1, 8, 64, 1 000 × mean service 10 ms, 100 ms, 1 s × noise uniform ± 10 %, log-normal σ 0.8, Pareto 1.5, bimodal 90 % / 10 % ten times slower; `sim::wide_scenarios`): each policy's throughput share of the oracle and mean queue, a summary line per policy, and the default's verdict (goal: at least 46 of 48 at ≥ 90 % with mean queue ≤ 1) | |
 //! | `--jobs N` | runs at once (threads); the output does not depend on it | one per CPU |
 //!
@@ -347,7 +347,17 @@ fn main() -> ExitCode {
         .into_iter()
         .filter(|s| args.scenarios.is_empty() || args.scenarios.iter().any(|n| n == s.name))
         .collect();
-    if policies.is_empty() || scenarios.is_empty() {
+    let wide_names: Vec<&'static str> = sim::wide_scenarios()
+        .iter()
+        .map(|s| s.name)
+        .filter(|name| args.scenarios.is_empty() || args.scenarios.iter().any(|n| n == name))
+        .collect();
+    let none = if args.wide {
+        wide_names.is_empty()
+    } else {
+        scenarios.is_empty()
+    };
+    if policies.is_empty() || none {
         eprintln!("simulate: no such policy or scenario");
         return ExitCode::from(2);
     }
@@ -366,7 +376,7 @@ fn main() -> ExitCode {
         }
         println!("seed {seed}");
         if args.wide {
-            wide(&policies, seed);
+            wide(&policies, seed, &wide_names);
             continue;
         }
         let mut per_seed = Vec::new();
@@ -789,7 +799,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// The wide grid: per scenario and policy, throughput share and mean queue.
-fn wide(policies: &[(&'static str, Arc<dyn MakePolicy>)], seed: u64) {
+fn wide(policies: &[(&'static str, Arc<dyn MakePolicy>)], seed: u64, names: &[&str]) {
     let mut shares: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
     let mut queues: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
     let mut goal = None;
@@ -799,6 +809,9 @@ fn wide(policies: &[(&'static str, Arc<dyn MakePolicy>)], seed: u64) {
     }
     println!();
     for scenario in sim::wide_scenarios() {
+        if !names.contains(&scenario.name) {
+            continue;
+        }
         let (oracles, runs) = oracle_and_runs(&scenario, policies, seed);
         let oracle = oracles.iter().map(|o| o.makespan).fold(0.0, f64::max);
         print!("{:<20} {:>6.1}s", scenario.name, oracle);
