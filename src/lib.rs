@@ -42,11 +42,13 @@
 //!    own rules, [`policy::Aimd`], [`policy::Vegas`] and
 //!    [`policy::Gradient2`] Netflix's.
 //! 8. **The slot's new delay and limit** (`slot/mod.rs`): the policy's
-//!    answer, with the layer's signals on top of any policy: an overload
-//!    halves the slot's concurrency and backs its rate off, `Retry-After`
-//!    pauses the slot, the `RateLimit` fields pace it, and a delay floor can
-//!    be set at run time ([`AutoThrottleLayer::set_delay_floor`]). A
-//!    lowered limit binds the very next dispatch.
+//!    answer, with the layer's signals on top of any policy: `Retry-After`
+//!    pauses the slot, the `RateLimit` fields pace it, a delay floor can be
+//!    set at run time ([`AutoThrottleLayer::set_delay_floor`]), and, for a
+//!    policy that does not react to overload itself
+//!    ([`Policy::owns_overload`](policy::Policy::owns_overload): all but
+//!    the default), an overload halves the slot's concurrency and backs its
+//!    rate off. A lowered limit binds the very next dispatch.
 //! 9. **Body** ([`body`]): the response body holds the request's in-flight
 //!    place until it ends or is dropped.
 //!

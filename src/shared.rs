@@ -21,7 +21,7 @@ use crate::extensions::DownloadSlot;
 use crate::fleet::{Lease, Local};
 use crate::key::{self, BoxFuture, Choice, DnsCache, KeyStrategy, SlotKey};
 use crate::policy::Outcome;
-use crate::signals::{self, Hints};
+use crate::signals;
 use crate::slot::gate::{Permit, Waiting};
 use crate::slot::{Adjustment, Slot, SlotSnapshot, SlotTable};
 
@@ -259,7 +259,8 @@ impl Shared {
         outcome: Outcome,
         adjust: bool,
     ) {
-        let adjustment = permit.end(now, latency, None, outcome, Hints::default(), adjust);
+        let at = self.table.clock(now);
+        let adjustment = permit.end(now, at, latency, None, outcome, adjust);
         tracing::debug!(
             slot = %permit.slot().key,
             error = %error,
@@ -286,7 +287,8 @@ impl Shared {
         let max = self.config.max_retry_after;
         let hints = signals::hints(status, headers, max, permit.slot().key.as_str());
         let outcome = Outcome::of_status(status);
-        let adjustment = permit.end(now, latency, Some(status), outcome, hints, adjust);
+        let at = self.table.clock(now);
+        let adjustment = permit.end(now, at, latency, Some((status, hints)), outcome, adjust);
         self.log(permit.slot(), &adjustment, latency, status, size);
         if let (Some(coordinator), Some(wait)) = (&self.config.coordinator, hints.pause()) {
             coordinator.pause(permit.slot().key.clone(), wait);

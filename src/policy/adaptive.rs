@@ -1,5 +1,6 @@
-//! The crate's own policy: finds a host's capacity and keeps its queue near
-//! empty, adapting both concurrency and delay.
+//! The crate's own policy: a knee controller that finds a host's capacity by
+//! Little's law and keeps its queue near empty, adapting both concurrency
+//! and delay, with overload handled in the same state machine.
 
 use super::params::{policy_params, within};
 use super::{Outcome, Policy, Sample, Throttle};
@@ -7,81 +8,124 @@ use crate::error::ConfigError;
 use crate::key::SlotKey;
 
 policy_params! {
-    /// The default policy: it finds how many requests a host serves at once,
-    /// keeps the host's queue near empty, backs off at once on overload and
-    /// climbs back when the host recovers.
+    /// The default policy: a *knee controller*. It finds how many requests
+    /// a host serves at once, keeps the host's queue near empty, follows the
+    /// host when it gets slower or faster, and tells overload from noise.
     ///
-    /// # How it works
+    /// # The model
     ///
-    /// The policy watches the server through its latency. While fewer requests
-    /// are in flight than the host has workers, latency stays at its *base*
-    /// (the no-load latency); beyond that the extra requests queue, and every
-    /// request waits longer. With `n` requests in flight and latencies `ratio`
-    /// times the base, about `q = n × (1 − 1/ratio)` requests wait in the
-    /// server's queue (TCP Vegas's estimate, with the *measured* in-flight
-    /// count, so that an idle client never reads as a loaded server), and the
-    /// host serves about `n / ratio` at once.
+    /// A host serves `C` requests at once in a mean time `T₀` (its no-load
+    /// latency); requests beyond `C` wait in a queue. With `n` in flight,
+    /// Little's law gives a mean latency `T = T₀ · max(1, n / C)`: flat up to
+    /// the *knee* `C`, then growing. The policy keeps one control variable,
+    /// the *level* `λ`, the requests it aims to have in flight: the limit is
+    /// `round(λ)`, and below 1 the level is a rate (one request every
+    /// `T₀ / λ`). It learns `T₀` and the noise of latencies from samples
+    /// that cannot hold a queue of its own, and the knee from samples that
+    /// do: at a level with mean in flight `n̄` and mean latency `T̄`, the
+    /// host serves `Ĉ = n̄ · T₀ / T̄` at once. Errors (429, 503, timeouts,
+    /// resets) are partly random and partly caused by load; only a rate of
+    /// them above what noise explains, or a server's explicit `Retry-After`,
+    /// is an overload.
     ///
-    /// **Rounds.** Responses are taken in rounds of about one round trip:
-    /// `max(2, L/2)` responses in slow start, `L` (8 to 256) after. After a
-    /// change of the limit, the responses of the requests already in flight
-    /// are skipped: they were sent under the old limit.
+    /// # The rules
     ///
-    /// **Level, noise and base.** A round is summed up by its lower quartile
-    /// (its *level*): queueing delays every request, while the noise of
-    /// service times mostly widens the top of the distribution. The gap
-    /// between the round's median and its level gives the noise, so the
-    /// *tolerance* is two standard errors of a level (at least 2 %; until a
-    /// round of four has measured the noise, a spread of 10 % is assumed):
-    /// latencies
-    /// within it of the base are no queue. The base is the level of the first
-    /// round, or of any round with at most one request in flight (no queue of
-    /// ours can exist then), and otherwise follows queue-free rounds (an
-    /// average with weight 1/5), as does the noise: a queue would widen the
-    /// spread and hide itself.
+    /// Latencies are compared in log space (a scale change is a shift there,
+    /// and heavy tails become moderate), with the mean and variance of
+    /// `ln(latency)` kept by Welford's method: O(1) per sample, no buffer.
+    /// Tests are Student's t (two samples, pooled variance).
     ///
-    /// **Slow start.** From `initial_concurrency`, the limit doubles every
-    /// round whose level is within the tolerance, provided at least half of
-    /// it was in use. The first round with a queue ends slow start and cuts the
-    /// limit to the estimated capacity `n / ratio`.
+    /// - **Windows.** A window is the set of requests *sent* at a level from
+    ///   when it opens. Once enough were sent to see a queue of 2 at two
+    ///   standard errors with 84 % power (more where latencies are noisier,
+    ///   at most 8 round trips), it closes, and it is judged when every one
+    ///   of them is back: the count in flight at each answer says how many
+    ///   are still out. Judging on the answers that come first would leave
+    ///   out the slow ones and read a heavy tail as a host that got faster.
+    ///   A request cancelled without an answer leaves the count in flight; a
+    ///   window waits at most twice its slowest answer. Answers to requests
+    ///   sent before the window opened are stale; after a cut, the first
+    ///   round trip (a queue draining) is skipped too.
+    /// - **Reference.** The no-load latency and noise come from the first
+    ///   answer and Startup's clean rounds (provisional: their short rounds
+    ///   miss slow answers), then from the first whole Cruise window unless
+    ///   it holds a queue at three standard errors, from windows sent one at
+    ///   a time (no queue of ours can form), and from a window at half the
+    ///   level every `max(10 s, 50 round trips)` (BBR's ProbeRTT, at BBRv2's
+    ///   half window): merged when it agrees, replacing the reference when
+    ///   it is three standard errors below (the host got faster), and, when
+    ///   it is above, half of that again tells a slower host from a smaller
+    ///   one (see *verify*).
+    /// - **Startup.** From `initial_concurrency`, the level grows each round
+    ///   trip whose window is clean and in use: it doubles up to 8, grows by
+    ///   8 up to 32, then by a quarter (RFC 3742's limited slow start, with
+    ///   HyStart++'s ¼ growth as the floor). A window three standard errors
+    ///   above the reference with an estimated queue of half a request ends
+    ///   it (at two, the score of tests on the way to a knee of 1 000 would
+    ///   end it falsely one time in three); within a round, five standard
+    ///   errors end it at once. The level goes to `Ĉ` less what noise cannot
+    ///   resolve, never below the last clean level (to that level when the
+    ///   round was cut short).
+    /// - **Cruise.** A window with a queue (two in a row at two standard
+    ///   errors, one at three, or part of one at five) cuts the level; a
+    ///   clean window in use (below one standard error) raises it by a step
+    ///   that doubles with each clean window in a row, closing half the gap
+    ///   to a known knee; at the knee, a probe one above it comes every 4
+    ///   to 32 windows (doubling after each probe that finds a queue), and a
+    ///   clean probe forgets the knee (the host grew).
+    /// - **Large changes.** Answers in a row above twice the reference's
+    ///   typical latency cut at once, and answers in a row below half of it
+    ///   replace the reference at once; the run is long enough that noise
+    ///   of the reference's spread makes one less than once in a million
+    ///   answers (6 for a steady host, 9 for a log-normal σ 0.8).
+    /// - **Cut, then verify.** A cut goes to `Ĉ` less what noise cannot
+    ///   resolve, by at most half and never below 1 (one request at a time
+    ///   holds no queue of ours). A cut is a hypothesis: if the latency at
+    ///   the lower level stays where it was instead of falling as Little's
+    ///   law predicts, a window at half that level tells: a queue's latency
+    ///   halves with the level, a slower host's does not (the threshold is
+    ///   halfway, `ln 2 / 2`). A slower host gets a new reference (both
+    ///   windows) and its level and knee back.
+    /// - **Overload.** 429, 503 and timeouts are overloads; the layer tells
+    ///   this policy each one with the `Retry-After` pause it brought, and
+    ///   leaves the reaction to it. An overload answered to a request sent
+    ///   before the last reaction belongs to that event. An event is a
+    ///   pause, or Page's CUSUM of overloads crossing a likelihood ratio of
+    ///   1 000 to 1 between a share of 2 % (BBRv2's loss threshold: noise)
+    ///   and 8 %: random errors at 2 % essentially never make one, a load
+    ///   that refuses a tenth of requests makes one within about 70 answers.
+    ///   A pause when nothing was served since the last one (a server that
+    ///   refuses everything for now) changes nothing but the wait. Else the
+    ///   level goes to what the host served lately: its successes per
+    ///   second over the last two to four round trips (or 8 to 16 sends, at
+    ///   a rate) at the no-load latency (Little's law), less one standard
+    ///   error of their count. After a pause, at least by β = 0.7 when that
+    ///   count began with the pause before (it may hold the burst a token
+    ///   bucket allowed then); without a pause, never below the last clean
+    ///   level and at most by β (BBRv2's bound on a round's cut). The
+    ///   answers to the requests in flight at the event may lower it
+    ///   further by the share of them refused. Raises up to what was served
+    ///   stay free; above it they are probes, by bisection towards the level
+    ///   that failed, paid from a budget of 0.5 % of answers and no sooner
+    ///   than 20 pauses after the event. Overload answers never enter
+    ///   latency statistics.
+    /// - **Delay.** At a level of 1 or more the delay paces a window's
+    ///   requests over half the no-load latency, `T₀ / (2λ)` (BBR's pacing
+    ///   gain of 2: it never binds before the limit); below a millisecond
+    ///   (tokio's timer resolution) there is none. Below 1 the delay is the
+    ///   rate, `T₀ / λ`. Both are kept within `[min_delay, max_delay]`.
     ///
-    /// **Steady state.** A round beyond the tolerance with more than half a
-    /// request queued cuts the limit to `n / ratio` (never raises it). A round
-    /// within half the tolerance, with half the limit in use, raises it: by
-    /// half while below half the limit of the last cut (quick recovery after a
-    /// capacity drop); beyond, by a step that starts at one and doubles with
-    /// every clean round in a row, at most half the limit (a host far from its
-    /// capacity is reached fast, one near it carefully). Any other round
-    /// resets the step to one.
-    ///
-    /// **Early exit.** Once each of the last four responses took twice the base
-    /// (1.25 times in slow start, as TCP's HyStart), and more than 1.5
-    /// standard errors of such a small round above it, and (after slow start)
-    /// more than no-load latencies reach one time in ten (the 90th percentile
-    /// of queue-free rounds, relative to their level: heavy tails then do not
-    /// pass for a capacity drop), the round ends at once and is judged on those
-    /// four: a capacity drop is acted on within four responses.
-    ///
-    /// **Overload** (a 429 or 503, a timeout, a refused connection; the layer
-    /// passes on only the first of a burst) halves the limit at once and ends
-    /// slow start. The layer's own backoff and `Retry-After` handling act on
-    /// top, whatever the policy (see the crate documentation).
-    ///
-    /// **Delay.** The delay paces a round's requests over half the median
-    /// latency, `median / (2 L)`, within `[min_delay, max_delay]`: it never
-    /// binds when the limit does, but spreads the burst a raised limit would
-    /// otherwise send at once; below a millisecond (the timer's resolution,
-    /// where a wait would cap the host at 1000 requests a second) there is no
-    /// pacing. A new slot starts at `start_delay` (raised to `min_delay`).
+    /// There is no default cap: the level grows only while its limit is in
+    /// use, so it stays within a step of what the host serves, and a host of
+    /// 1 000 workers gets about 1 000 in flight. What bounds it then is
+    /// `max_concurrency` if set, the global `max_pending`, and the client's
+    /// own connection limits (sockets, HTTP/2 streams), which show as
+    /// latency and are found like a knee.
     ///
     /// Zero or non-finite latencies and ignored outcomes (other 5xx, errors
-    /// that say nothing about load) change nothing.
-    ///
-    /// On the simulator (`cargo run --release --example simulate`) it keeps
-    /// within 10 % of the best fixed concurrency with a queue under one
-    /// request on servers with moderate latency noise; on very noisy (Pareto)
-    /// servers and on slow but unbounded ones it is more cautious than the
-    /// best fixed concurrency: see the README's scoreboard.
+    /// that say nothing about load) change nothing. The policy reads no
+    /// clock: the time comes in each [`Sample`] (`at`), stamped by the layer
+    /// or given by a replayed trace.
     ///
     /// A start delay is raised to `min_delay`; one above `max_delay` is
     /// refused.
@@ -91,11 +135,11 @@ policy_params! {
     /// | `start_delay` | 0 |
     /// | `min_delay` | 0 |
     /// | `max_delay` | 60 s |
-    /// | `initial_concurrency` | 1 |
-    /// | `max_concurrency` | 64 |
+    /// | `initial_concurrency` | 2 |
+    /// | `max_concurrency` | unbounded (`usize::MAX`) |
     pub struct Adaptive("adaptive") {
         delays { start: 0.0, min: 0.0, max: 60.0, }
-        concurrency { initial: 1, max: 64, }
+        concurrency { initial: 2, max: usize::MAX, }
     }
 }
 
@@ -125,358 +169,1608 @@ impl Adaptive {
 
     /// A fresh state for the slot `key`.
     fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
-        let limit = self
-            .initial_concurrency
-            .clamp(1, self.max_concurrency.max(1)) as f64;
-        Box::new(AdaptiveState {
-            limit,
-            delay: self.start_delay.max(self.min_delay),
-            base: None,
-            slow_start: true,
-            round: Vec::new(),
-            skip: 0,
-            spread: PRIOR_SPREAD,
-            spread_known: false,
-            tail: 1.0,
+        Box::new(self.knee())
+    }
+
+    /// A fresh controller.
+    fn knee(&self) -> Knee {
+        let max = self.max_concurrency.max(1) as f64;
+        let level = (self.initial_concurrency.max(1) as f64).min(max);
+        Knee {
+            phase: Phase::Startup,
+            level,
             step: 1.0,
-            ceiling: 0.0,
+            clean: None,
+            level_since: 0.0,
+            draining: false,
+            round_start: 0.0,
+            last_at: 0.0,
+            reference: Acc::default(),
+            window: Acc::default(),
+            max_in_flight: 0,
+            sends: Sends::default(),
+            slowest: 0.0,
+            counted: 0,
+            old: 0,
+            closed: None,
+            after: Next::default(),
+            in_flight: 0,
+            above: 0,
+            below: 0,
+            run: Acc::default(),
+            knee: f64::INFINITY,
+            headroom: 0.0,
+            at_top: 0,
+            probe_every: MIN_PROBE_EVERY,
+            probing: false,
+            weak_exit: false,
+            provisional: true,
+            verify: None,
+            suspect: None,
+            base_probe: None,
+            base_due: BASE_INTERVAL,
+            bucket_start: 0.0,
+            bucket: 0,
+            prev: 0,
+            prev_len: 0.0,
+            resumed: f64::NEG_INFINITY,
+            batch: None,
+            cusum: 0.0,
+            errors: 0,
+            answers: 0,
+            last_event: f64::NEG_INFINITY,
+            event_errors: 0,
+            event_pause: 0.0,
+            answers_since_event: 0,
+            served_since_event: 0,
+            err_hi: f64::INFINITY,
+            err_ceiling: f64::INFINITY,
+            delay: self.start_delay.max(self.min_delay),
             config: self.clone(),
-        })
+        }
     }
 }
 
-/// Half a request: the queue the steady state aims at.
-const TARGET_QUEUE: f64 = 0.5;
-/// The smallest round in slow start, and after it.
-const MIN_ROUND_START: usize = 2;
-const MIN_ROUND: usize = 8;
-/// The largest round.
-const MAX_ROUND: usize = 256;
-/// The quantile of a round's latencies compared with the base: queueing
-/// delays every request, while the noise of service times mostly widens the
-/// top of the distribution.
-const LEVEL: f64 = 0.25;
+/// Two standard errors: a cut on a window that holds no queue one time in 44.
+const Z_CUT: f64 = 2.0;
+/// The windows see a queue of 2 with this much more margin: 84 % power.
+const Z_POW: f64 = 1.0;
+/// Startup ends on a window three standard errors above the reference:
+/// it tests a window every round trip, a score of times before it meets a
+/// knee of 1 000, and at two a false exit would come one time in three.
+const Z_EXIT: f64 = 3.0;
+/// A queue beyond doubt, acted on at once.
+const Z_SURE: f64 = 5.0;
+/// A window raises the level only below one standard error.
+const Z_UP: f64 = 1.0;
+/// A window replaces the reference, the host having got faster, only three
+/// standard errors below it (one window in 740 by chance).
+const Z_REBASE: f64 = 3.0;
+/// A large change is acted on at once: when answers in a row took more than
+/// `FAST_FACTOR` times (or less than its inverse) the reference's typical
+/// latency, as many as noise of the reference's spread makes less than once
+/// in `1 / FAST_ODDS` answers (a normal tail in log space), and at least
+/// `FAST_RUN`; a fourfold capacity drop or a tenfold drift does it at once.
+const FAST_RUN: u32 = 6;
+const FAST_ODDS: f64 = 1e-6;
+const FAST_FACTOR: f64 = 2.0;
+/// An estimated queue below half a request is no queue.
+const Q_MIN: f64 = 0.5;
+/// The queue a clean window must be able to see, in requests.
+const Q_SEE: f64 = 2.0;
+/// Startup grows the level by `min(λ, max(Q_RAMP, λ / 4))` per round trip.
+const Q_RAMP: f64 = 8.0;
+/// Overloads up to this share of answers are noise (BBRv2's loss threshold).
+const E_TOL: f64 = 0.02;
+/// The share of overloads the CUSUM is tuned to detect: four times the
+/// tolerated one.
+const E_SEE: f64 = 4.0 * E_TOL;
+/// An overload event takes the level to the rate served lately when at
+/// least this many were served (else to the last clean level, or by β)...
+const MIN_DELIVERED: u64 = 8;
+/// ...counted in buckets of this many round trips (or sends, at a rate).
+const BUCKET_ROUNDS: f64 = 2.0;
+const BUCKET_SENDS: f64 = 8.0;
+/// The share served among the answers to an event's requests in flight is
+/// used from this many answers.
+const MIN_BATCH: u32 = 4;
+/// The CUSUM's threshold: a log-likelihood ratio of 1000 to 1.
+const H_EVENT: f64 = 6.907_755_278_982_137;
+/// The cut of an overload when no cleaner level is known (BBRv2, CUBIC).
+const BETA: f64 = 0.7;
+/// Probes above an overload ceiling cost at most this share of answers.
+const E_BUDGET: f64 = 0.005;
+/// …and come no sooner than this many pauses after the event.
+const PAUSE_SPACING: f64 = 20.0;
+/// The pacing gain: a window's requests spread over half a round trip.
+const G_PACE: f64 = 2.0;
 /// tokio's timer resolution, in seconds: pacing finer than this is dropped.
 const TIMER_RESOLUTION: f64 = 0.001;
-/// The noise assumed until a round has measured it: moderate.
-const PRIOR_SPREAD: f64 = 0.1;
-/// The smallest latency tolerance, relative to the base.
-const MIN_TOLERANCE: f64 = 0.02;
-/// How much of a queue-free round's median the base takes in.
-const BASE_GAIN: f64 = 0.2;
-/// A round ends early once each of its last this many samples took at least
-/// [`STRONG`] times the base: a capacity drop is acted on at once.
-const EARLY: usize = 4;
-const STRONG: f64 = 2.0;
-/// The same in slow start.
-const SLOW_START_EXIT: f64 = 1.25;
+/// The reference forgets: it weighs at most this many answers.
+const REFERENCE_MAX: f64 = 4096.0;
+/// A window holds at most this many round trips of answers before it is
+/// judged with what it has.
+const MAX_ROUNDS_PER_WINDOW: f64 = 8.0;
+/// The no-load latency is re-measured at half the level (BBR's ProbeRTT:
+/// `probe_rtt_cwnd_gain` ½) at least this often, in seconds (BBR's min-RTT
+/// window), and in round trips; the window there holds two round trips of
+/// answers, so with the drain before it and the wait for its last answers
+/// it costs about 2 % of the throughput.
+const BASE_INTERVAL: f64 = 10.0;
+const BASE_ROUNDS: f64 = 50.0;
+const BASE_PROBE_ROUNDS: f64 = 2.0;
+/// Clean windows at the knee before a probe above it, at first, and at
+/// most (after probes that all found the knee where it was): a probe costs
+/// a window with one request queued, so they cost at most a quarter of a
+/// request of mean queue, then a thirtieth, while a host that grows is
+/// found within 32 windows.
+const MIN_PROBE_EVERY: u32 = 4;
+const MAX_PROBE_EVERY: u32 = 32;
+/// A closed window waits at most this many times its slowest answer for
+/// the rest (they may have been cancelled).
+const CLOSE_WAIT: f64 = 2.0;
+/// The no-load latency taken for a host that refused everything it was sent,
+/// to space requests at a rate: the layer's least backoff, 50 ms.
+const NO_SERVICE_BASE: f64 = 0.05;
+/// The fewest answers a window is judged on.
+const MIN_WINDOW: f64 = 4.0;
+/// The fewest answers in the reference before a window may cut the level:
+/// below, windows that show no queue add to the reference instead.
+const MIN_REFERENCE: f64 = 8.0;
+
+/// The upper tail of the standard normal distribution, `P(Z > z)`
+/// (Abramowitz and Stegun 7.1.26, within 1.5e-7).
+fn normal_tail(z: f64) -> f64 {
+    let x = z.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * x);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-x * x).exp();
+    if z >= 0.0 {
+        erfc / 2.0
+    } else {
+        1.0 - erfc / 2.0
+    }
+}
+
+/// Mean and variance of `ln(latency)` (Welford), with the sums Little's law
+/// needs: of latencies and of the requests in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Acc {
+    n: f64,
+    mean: f64,
+    m2: f64,
+    sum_latency: f64,
+    sum_in_flight: f64,
+}
+
+impl Acc {
+    fn push(&mut self, latency: f64, in_flight: f64) {
+        let x = latency.ln();
+        self.n += 1.0;
+        let d = x - self.mean;
+        self.mean += d / self.n;
+        self.m2 += d * (x - self.mean);
+        self.sum_latency += latency;
+        self.sum_in_flight += in_flight;
+    }
+
+    fn merge(&mut self, other: &Acc) {
+        if other.n == 0.0 {
+            return;
+        }
+        if self.n == 0.0 {
+            *self = *other;
+            return;
+        }
+        let n = self.n + other.n;
+        let d = other.mean - self.mean;
+        self.mean += d * other.n / n;
+        self.m2 += other.m2 + d * d * self.n * other.n / n;
+        self.n = n;
+        self.sum_latency += other.sum_latency;
+        self.sum_in_flight += other.sum_in_flight;
+    }
+
+    /// Forgets the oldest weight beyond `max` answers.
+    fn cap(&mut self, max: f64) {
+        if self.n > max {
+            let k = max / self.n;
+            self.n = max;
+            self.m2 *= k;
+            self.sum_latency *= k;
+            self.sum_in_flight *= k;
+        }
+    }
+
+    fn mean_latency(&self) -> f64 {
+        self.sum_latency / self.n
+    }
+
+    fn mean_in_flight(&self) -> f64 {
+        self.sum_in_flight / self.n
+    }
+}
+
+/// A comparison of window `a` with baseline `b`, in log space.
+#[derive(Clone, Copy, Debug)]
+struct Test {
+    /// The difference of log means: `ln` of the ratio of geometric means.
+    d: f64,
+    /// Its standard error.
+    se: f64,
+    /// Degrees of freedom.
+    df: f64,
+}
+
+impl Test {
+    fn new(a: &Acc, b: &Acc) -> Option<Test> {
+        let df = a.n + b.n - 2.0;
+        if a.n < 1.0 || b.n < 1.0 || df < 1.0 {
+            return None;
+        }
+        let sp = ((a.m2 + b.m2) / df).max(0.0).sqrt();
+        let se = sp * (1.0 / a.n + 1.0 / b.n).sqrt();
+        Some(Test {
+            d: a.mean - b.mean,
+            se,
+            df,
+        })
+    }
+
+    /// Student's quantile for `z` at `df` degrees of freedom (Cornish-Fisher,
+    /// Abramowitz and Stegun 26.7.5): within 2 % from 4 degrees up.
+    fn quantile(z: f64, df: f64) -> f64 {
+        let (z3, z5) = (z * z * z, z * z * z * z * z);
+        z + (z3 + z) / (4.0 * df) + (5.0 * z5 + 16.0 * z3 + 3.0 * z) / (96.0 * df * df)
+    }
+
+    /// The difference is above `z` standard errors.
+    fn above(&self, z: f64) -> bool {
+        self.df >= 4.0 && self.d > Test::quantile(z, self.df) * self.se.max(1e-12)
+    }
+
+    /// The difference is below `−z` standard errors.
+    fn below(&self, z: f64) -> bool {
+        self.df >= 4.0 && self.d < -Test::quantile(z, self.df) * self.se.max(1e-12)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    /// Growing from the first level until a queue shows.
+    Startup,
+    /// Near the knee: clean windows raise, queued ones cut.
+    Cruise,
+}
+
+/// A cut under test: queue or drift?
+#[derive(Clone, Copy, Debug)]
+struct Verify {
+    /// The window that made the cut.
+    trigger: Acc,
+    /// The level it was at, and the knee before the cut.
+    level: f64,
+    knee: f64,
+    /// After a window at the cut level that looked like drift: that window,
+    /// while one at half its level tells.
+    deeper: Option<Acc>,
+}
+
+/// The send times of a window, to tell whether a rate was in use.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sends {
+    first: f64,
+    last: f64,
+    n: f64,
+}
+
+impl Sends {
+    fn add(&mut self, sent: f64) {
+        if self.n == 0.0 {
+            self.first = sent;
+        }
+        self.last = sent;
+        self.n += 1.0;
+    }
+}
+
+/// A window that stopped taking requests at `at`, with `left` of its
+/// requests still out; it is judged when they are back, or at `deadline`
+/// (a request may be cancelled and never answer).
+#[derive(Clone, Copy, Debug)]
+struct Closed {
+    at: f64,
+    left: u64,
+    deadline: f64,
+}
+
+/// The answers that came while a window waited for its last requests.
+#[derive(Clone, Copy, Debug, Default)]
+struct Next {
+    window: Acc,
+    max_in_flight: usize,
+    sends: Sends,
+    slowest: f64,
+    counted: u64,
+}
+
+/// The answers to the requests in flight at an overload event.
+#[derive(Clone, Copy, Debug)]
+struct Batch {
+    /// The level at the event.
+    level: f64,
+    ok: u32,
+    refused: u32,
+}
+
+/// Where an answer belongs, by the time its request was sent.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Belongs {
+    /// Sent before the window opened.
+    Stale,
+    Window,
+    /// Sent after the window closed.
+    Next,
+}
 
 #[derive(Clone, Debug)]
-struct AdaptiveState {
-    limit: f64,
-    delay: f64,
-    base: Option<f64>,
-    slow_start: bool,
-    /// This round's latencies, with the in-flight count of each.
-    round: Vec<(f64, usize)>,
-    /// Responses still to skip after a raise of the limit.
-    skip: usize,
-    /// Smoothed gap between the median and the lower quartile of a
-    /// round's latencies, relative to the quartile.
-    spread: f64,
-    /// The limit before the last cut.
-    ceiling: f64,
-    /// The next additive step.
+struct Knee {
+    phase: Phase,
+    /// The level `λ`: requests aimed at in flight (a rate below 1).
+    level: f64,
+    /// The next raise in Cruise.
     step: f64,
-    /// Whether `spread` was measured yet (until then it is a prior).
-    spread_known: bool,
-    /// Smoothed 90th percentile of queue-free rounds, relative to their
-    /// level: how far no-load latencies stray (1 until measured).
-    tail: f64,
+    /// The last level whose window was clean, below the current one.
+    clean: Option<f64>,
+    /// When the level last changed: answers sent before are stale.
+    level_since: f64,
+    /// The level changed: answers sent before the first answer sent at it
+    /// comes back are a transient (a queue draining or building), and are
+    /// skipped too.
+    draining: bool,
+    /// When the current round trip began.
+    round_start: f64,
+    last_at: f64,
+    /// The no-load latency and noise.
+    reference: Acc,
+    /// The window: the answers to requests sent since `level_since`, with
+    /// the most in flight, the send times and the slowest answer among
+    /// them, and their count of any outcome.
+    window: Acc,
+    max_in_flight: usize,
+    sends: Sends,
+    slowest: f64,
+    counted: u64,
+    /// Requests still out that were sent before the window opened.
+    old: u64,
+    /// The window stopped taking requests, and waits for those still out.
+    closed: Option<Closed>,
+    /// Answers to requests sent after the window closed: the next window's
+    /// if the level holds.
+    after: Next,
+    /// Requests in flight at the latest answer (itself included).
+    in_flight: usize,
+    /// Answers in a row above twice, or below half, the reference's typical
+    /// latency, and the latest of them.
+    above: u32,
+    below: u32,
+    run: Acc,
+    /// The estimated capacity, and the part of it noise cannot resolve.
+    knee: f64,
+    headroom: f64,
+    /// Clean windows at the top, towards the next probe.
+    at_top: u32,
+    /// Clean windows at the top between two probes above it: doubled by
+    /// every probe that finds a queue, reset by one that does not.
+    probe_every: u32,
+    /// The level is a probe above the knee.
+    probing: bool,
+    /// Startup ended on a small sample: the first window after may find
+    /// it spurious, and resume it.
+    weak_exit: bool,
+    /// The reference holds Startup's answers: round trips cut short by the
+    /// next level, which keep the quick answers of a heavy tail and miss
+    /// the slow ones. The first full window below the knee replaces it.
+    provisional: bool,
+    verify: Option<Verify>,
+    /// A window that showed a queue, waiting for the next to confirm it.
+    suspect: Option<Acc>,
+    /// The level to come back to while the no-load latency is re-measured
+    /// at half of it, and when that is due next.
+    base_probe: Option<f64>,
+    base_due: f64,
+    /// Successes counted in two buckets of time, the current one (since
+    /// `bucket_start`) and the one before (`prev` over `prev_len`): the
+    /// rate the host served lately.
+    bucket_start: f64,
+    bucket: u64,
+    prev: u64,
+    prev_len: f64,
+    /// When the last pause ended.
+    resumed: f64,
+    /// The batch of the last overload event, until an answer to a request
+    /// sent after it comes.
+    batch: Option<Batch>,
+    /// The CUSUM of overloads against [`E_TOL`], and the overloads and
+    /// answers since it last stood at zero.
+    cusum: f64,
+    errors: u64,
+    answers: u64,
+    /// The last overload event (answers sent before it belong to it).
+    last_event: f64,
+    event_errors: u64,
+    event_pause: f64,
+    answers_since_event: u64,
+    /// Successes since the last overload event.
+    served_since_event: u64,
+    /// The level that failed, and the clean level below it.
+    err_hi: f64,
+    err_ceiling: f64,
+    delay: f64,
     config: Adaptive,
 }
 
-impl AdaptiveState {
-    /// Half a round trip of responses in slow start (after the skip, that
-    /// is enough to see a queue), a round trip's after.
-    fn round_size(&self) -> usize {
-        if self.slow_start {
-            ((self.limit / 2.0).ceil() as usize).max(MIN_ROUND_START)
+impl Knee {
+    fn max_level(&self) -> f64 {
+        self.config.max_concurrency.max(1) as f64
+    }
+
+    fn limit(&self) -> usize {
+        (self.level.round().max(1.0) as usize).min(self.config.max_concurrency.max(1))
+    }
+
+    /// The smallest step of the level: one request, or an eighth below 8.
+    fn min_step(&self) -> f64 {
+        (self.level / 8.0).min(1.0)
+    }
+
+    /// The no-load latency (arithmetic mean), if known.
+    fn base(&self) -> Option<f64> {
+        (self.reference.n > 0.0).then(|| self.reference.mean_latency())
+    }
+
+    /// The lowest level: one request every `max_delay` (or one at a time,
+    /// for a host slower than that).
+    fn min_level(&self) -> f64 {
+        self.base()
+            .map_or(0.0, |b| b / self.config.max_delay.max(1e-9))
+            .clamp(1e-6, 1.0)
+    }
+
+    /// Sets the level, starting a new window.
+    fn set_level(&mut self, level: f64, at: f64) {
+        let level = within(level, self.min_level(), self.max_level());
+        if level != self.level {
+            self.suspect = None;
+            // In Cruise the first round trip at a new level is a transient
+            // (a queue drains, or builds): it is skipped. Startup judges it,
+            // to leave at the first sign of a queue.
+            self.draining = self.phase == Phase::Cruise || level.round() < self.level.round();
+            self.level = level;
+            self.open_window(at);
         } else {
-            (self.limit.ceil() as usize).clamp(MIN_ROUND, MAX_ROUND)
+            self.reset_window(at);
+        }
+        self.pace();
+    }
+
+    /// Opens a window on the requests sent from `at` on.
+    fn open_window(&mut self, at: f64) {
+        self.level_since = at;
+        self.old = self.in_flight.saturating_sub(1) as u64;
+        self.closed = None;
+        self.after = Next::default();
+        self.clear_window();
+    }
+
+    fn clear_window(&mut self) {
+        self.window = Acc::default();
+        self.above = 0;
+        self.below = 0;
+        // The first round trip starts with the first answer sent at the
+        // level (see `on_success`).
+        self.round_start = f64::INFINITY;
+        self.max_in_flight = 0;
+        self.sends = Sends::default();
+        self.slowest = 0.0;
+        self.counted = 0;
+    }
+
+    /// A new window at the same level: a closed window's successor holds
+    /// the answers that came while it waited.
+    fn reset_window(&mut self, at: f64) {
+        match self.closed.take() {
+            Some(closed) => {
+                let next = std::mem::take(&mut self.after);
+                self.clear_window();
+                self.level_since = closed.at;
+                self.old = closed.left;
+                self.window = next.window;
+                self.max_in_flight = next.max_in_flight;
+                self.sends = next.sends;
+                self.slowest = next.slowest;
+                self.counted = next.counted;
+            }
+            None => self.open_window(at),
         }
     }
 
-    /// Whether each of the last [`EARLY`] responses took more than both
-    /// [`STRONG`] times the base (in slow start, where an overshoot doubles
-    /// the load, [`SLOW_START_EXIT`] times, as TCP's HyStart) and 1.5
-    /// standard errors of a level of so few.
-    fn strong_signal(&self) -> bool {
-        let (Some(base), true) = (self.base, self.round.len() >= EARLY) else {
+    /// Where an answer to a request sent at `sent` belongs; counts it.
+    fn belongs(&mut self, sent: f64) -> Belongs {
+        if sent < self.level_since {
+            self.old = self.old.saturating_sub(1);
+            return Belongs::Stale;
+        }
+        match &mut self.closed {
+            Some(closed) if sent >= closed.at => {
+                self.after.counted += 1;
+                Belongs::Next
+            }
+            Some(closed) => {
+                closed.left = closed.left.saturating_sub(1);
+                self.counted += 1;
+                Belongs::Window
+            }
+            None => {
+                self.counted += 1;
+                Belongs::Window
+            }
+        }
+    }
+
+    /// Whether the window is whole, with `want` requests at least: once
+    /// that many were sent in it, it closes, and it is whole when all of
+    /// them are back. Judging it on the answers that came first would
+    /// leave out the slow ones.
+    fn complete(&mut self, want: f64, at: f64) -> bool {
+        if let Some(closed) = self.closed.as_mut() {
+            // Requests cancelled without an answer leave the count in flight.
+            closed.left = closed.left.min(self.in_flight.saturating_sub(1) as u64);
+            let closed = *closed;
+            let done = closed.left == 0 || at >= closed.deadline;
+            return done;
+        }
+        let out = (self.in_flight.saturating_sub(1) as u64).saturating_sub(self.old);
+        if ((self.counted + out) as f64) < want {
             return false;
-        };
-        let strong = if self.slow_start {
-            SLOW_START_EXIT
-        } else {
-            STRONG
-        };
-        // Beyond what no-load latencies reach one time in ten, too: four
-        // such in a row by chance is then about one window in 10 000.
-        let threshold = strong
-            .max(1.0 + 1.5 * self.noise(EARLY))
-            .max(if self.slow_start { 1.0 } else { self.tail });
-        self.round[self.round.len() - EARLY..]
-            .iter()
-            .all(|&(latency, _)| latency >= threshold * base)
-    }
-
-    /// Lowers the limit to `capacity`, never raises it.
-    fn cut(&mut self, capacity: f64) {
-        if capacity < self.limit {
-            self.ceiling = self.limit;
-            self.set_limit(capacity);
         }
-    }
-
-    /// Two standard errors of a round's level (its lower quartile),
-    /// relative to it: for a normal spread σ the quartile's standard error
-    /// is 1.36 σ / √n, and σ ≈ (median − quartile) / 0.674.
-    fn noise(&self, n: usize) -> f64 {
-        2.0 * 2.02 * self.spread / (n as f64).sqrt()
-    }
-
-    fn set_limit(&mut self, limit: f64) {
-        let limit = within(limit, 1.0, self.config.max_concurrency as f64);
-        if limit.floor() != self.limit.floor() {
-            // Responses to requests sent under the old limit say little
-            // about the new one: skip those in flight now.
-            self.skip = self.limit.ceil() as usize;
-            self.round.clear();
+        if out == 0 {
+            return true;
         }
-        self.limit = limit;
+        let wait = CLOSE_WAIT * self.slowest.max(self.reference.mean_latency());
+        self.closed = Some(Closed {
+            at,
+            left: out,
+            deadline: at + wait,
+        });
+        false
     }
 
-    fn end_round(&mut self) {
-        let n = self.round.len();
-        let in_flight = self.round.iter().map(|&(_, f)| f as f64).sum::<f64>() / n as f64;
-        let in_flight = in_flight.max(1.0);
-        let mut latencies: Vec<f64> = self.round.drain(..).map(|(l, _)| l).collect();
-        latencies.sort_by(f64::total_cmp);
-        let level = quantile(&latencies, LEVEL);
-        let median = quantile(&latencies, 0.5);
-        let high = quantile(&latencies, 0.9);
-        let spread = (median - level) / level;
-        if !self.spread_known && spread.is_finite() && n >= EARLY {
-            self.spread = spread;
-            self.spread_known = true;
-        }
-        // Latency within this of the base is no queue: two standard errors
-        // of the round's level.
-        let tolerance = self.noise(n).max(MIN_TOLERANCE);
-
-        let base = match self.base {
-            // With one request in flight there is no queue of ours: this
-            // is the no-load latency.
-            Some(b) if in_flight > 1.0 => b,
-            _ => level,
+    fn pace(&mut self) {
+        let known = self
+            .base()
+            .or_else(|| self.last_event.is_finite().then_some(NO_SERVICE_BASE));
+        let Some(base) = known else {
+            return;
         };
-        let ratio = level / base;
-        // A queue-free round refines the base: the typical no-load level,
-        // not the luckiest round's.
-        if ratio <= 1.0 + tolerance {
-            self.base = Some(base + (level - base) * BASE_GAIN);
-            // The noise is learned from queue-free rounds only: a queue
-            // widens the spread and would hide itself.
-            if self.spread_known && spread.is_finite() && n >= EARLY {
-                self.spread += (spread - self.spread) * BASE_GAIN;
-            }
-            let tail = high / level;
-            if tail.is_finite() && n >= MIN_ROUND {
-                self.tail = if self.tail == 1.0 {
-                    tail
-                } else {
-                    self.tail + (tail - self.tail) * BASE_GAIN
-                };
+        let delay = if self.level >= 1.0 {
+            let pacing = base / (G_PACE * self.level);
+            if pacing < TIMER_RESOLUTION {
+                0.0
+            } else {
+                pacing
             }
         } else {
-            self.base = Some(base);
-        }
-        let queue = in_flight * (1.0 - 1.0 / ratio);
-        let used = in_flight * 2.0 >= self.limit;
-        // What the host serves at once.
-        let capacity = in_flight / ratio;
+            base / self.level
+        };
+        self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+    }
 
-        if self.slow_start {
-            if ratio <= 1.0 + tolerance {
-                if used {
-                    self.set_limit(self.limit * 2.0);
-                }
-            } else {
-                self.slow_start = false;
-                self.cut(capacity);
+    /// Whether the window's limit (or rate) was in use.
+    fn bound(&self) -> bool {
+        if self.level >= 1.0 {
+            return self.max_in_flight >= self.limit();
+        }
+        let s = &self.sends;
+        s.n >= 2.0 && (s.last - s.first) / (s.n - 1.0) <= 1.25 * self.delay.max(1e-9)
+    }
+
+    /// Little's estimate of the capacity from window `w`, and the queue a
+    /// test of `w` against the reference cannot resolve.
+    fn capacity(&self, w: &Acc, test: &Test) -> (f64, f64) {
+        let c = w.mean_in_flight() * self.reference.mean_latency() / w.mean_latency();
+        let unresolved = self.level * ((Z_CUT * test.se).exp() - 1.0);
+        (c, (unresolved.ceil() - 1.0).max(0.0))
+    }
+
+    /// The spread of `ln(latency)` at no load.
+    fn sigma(&self) -> f64 {
+        let r = &self.reference;
+        if r.n < 2.0 {
+            return 0.0;
+        }
+        (r.m2 / (r.n - 1.0)).max(0.0).sqrt()
+    }
+
+    /// Answers in a row beyond [`FAST_FACTOR`] that noise alone makes less
+    /// than once in [`FAST_ODDS`] answers, at the reference's spread (at
+    /// least [`FAST_RUN`]).
+    fn fast_run(&self) -> u32 {
+        let sigma = self.sigma();
+        if sigma <= 0.0 {
+            return FAST_RUN;
+        }
+        let p = normal_tail(FAST_FACTOR.ln() / sigma);
+        if p <= 0.0 {
+            return FAST_RUN;
+        }
+        let k = (FAST_ODDS.ln() / p.ln()).ceil();
+        if k.is_finite() {
+            (k as u32).clamp(FAST_RUN, 64)
+        } else {
+            FAST_RUN
+        }
+    }
+
+    /// The answers each of two windows needs to tell apart latencies
+    /// `effect` apart in log, at two standard errors with 84 % power, at
+    /// the reference's spread (at most [`MAX_ROUNDS_PER_WINDOW`] round
+    /// trips).
+    fn to_tell(&self, effect: f64) -> f64 {
+        let z = (Z_CUT + Z_POW) * self.sigma() / effect;
+        let most = self.level.round().max(4.0) * MAX_ROUNDS_PER_WINDOW;
+        (2.0 * z * z).min(most)
+    }
+
+    /// The answers a window needs before it may raise the level: enough to
+    /// see a queue of [`Q_SEE`] at two standard errors with 84 % power.
+    fn needed(&self, test: &Test) -> f64 {
+        let one_round = self.level.round().max(4.0);
+        let most = one_round * MAX_ROUNDS_PER_WINDOW;
+        let sp = if test.df > 0.0 {
+            test.se / (1.0 / self.window.n.max(1.0) + 1.0 / self.reference.n).sqrt()
+        } else {
+            return most;
+        };
+        let target = (1.0 + Q_SEE / self.level.max(1.0)).ln() / (Z_CUT + Z_POW);
+        let room = (target / sp.max(1e-12)).powi(2) - 1.0 / self.reference.n;
+        if room <= 0.0 {
+            return most;
+        }
+        (1.0 / room).clamp(one_round, most)
+    }
+
+    /// Adds an answer to the CUSUM of overloads (Page's test of a
+    /// Bernoulli share: [`E_TOL`] against [`E_SEE`]).
+    fn count(&mut self, overload: bool) {
+        let step = if overload {
+            (E_SEE / E_TOL).ln()
+        } else {
+            ((1.0 - E_SEE) / (1.0 - E_TOL)).ln()
+        };
+        self.cusum += step;
+        if self.cusum <= 0.0 {
+            self.cusum = 0.0;
+            self.errors = 0;
+            self.answers = 0;
+        } else {
+            self.errors += u64::from(overload);
+            self.answers += 1;
+        }
+    }
+
+    /// Counts a success at `at` in the buckets.
+    fn bucket_len(&self) -> f64 {
+        let base = self.base().unwrap_or(0.0);
+        (BUCKET_ROUNDS * base).max(BUCKET_SENDS * base / self.level)
+    }
+
+    fn served(&mut self, at: f64) {
+        let len = self.bucket_len();
+        if at - self.bucket_start >= len {
+            self.prev = self.bucket;
+            self.prev_len = at - self.bucket_start;
+            self.bucket = 0;
+            self.bucket_start = at;
+        }
+        self.bucket += 1;
+    }
+
+    /// The level served lately: the successes per second of the two
+    /// buckets at the no-load latency (Little's law), and that less one
+    /// standard error of their count.
+    fn served_level(&self, at: f64) -> Option<(f64, f64)> {
+        let n = self.prev + self.bucket;
+        let span = self.prev_len + (at - self.bucket_start);
+        if n < MIN_DELIVERED || span.is_nan() || span <= 0.0 {
+            return None;
+        }
+        let n = n as f64;
+        let level = n / span * self.base()?;
+        (level > 0.0).then_some((level, level * (1.0 - 1.0 / n.sqrt())))
+    }
+
+    fn on_success(&mut self, latency: f64, in_flight: usize, at: f64, sent: f64, belongs: Belongs) {
+        if sent >= self.last_event {
+            self.count(false);
+            self.batch = None;
+        } else {
+            self.batch(true);
+        }
+        self.served(at);
+        let first = self.reference.n == 0.0;
+        if belongs == Belongs::Stale && !first {
+            return;
+        }
+        if self.draining {
+            // The first answer sent at the lower level: what was sent before
+            // it returns waited behind the old queue.
+            self.draining = false;
+            self.open_window(at);
+            return;
+        }
+        let n = in_flight.max(1) as f64;
+        if first {
+            // The first answer was served before anything of ours could
+            // queue ahead of it.
+            self.reference.push(latency, n);
+            self.pace();
+            return;
+        }
+        self.answers_since_event = self.answers_since_event.saturating_add(1);
+        self.served_since_event = self.served_since_event.saturating_add(1);
+        if belongs == Belongs::Next {
+            let next = &mut self.after;
+            next.window.push(latency, n);
+            next.max_in_flight = next.max_in_flight.max(in_flight);
+            next.sends.add(sent);
+            next.slowest = next.slowest.max(latency);
+        } else {
+            self.window.push(latency, n);
+            self.max_in_flight = self.max_in_flight.max(in_flight);
+            self.sends.add(sent);
+            self.slowest = self.slowest.max(latency);
+        }
+        let typical = self.reference.mean.exp();
+        if latency > FAST_FACTOR * typical {
+            if self.above == 0 {
+                self.run = Acc::default();
             }
-        } else if ratio > 1.0 + tolerance && queue > TARGET_QUEUE {
-            self.cut(capacity);
-        } else if ratio <= 1.0 + tolerance / 2.0 && used {
-            // Back quickly towards the level of the last cut; beyond it, a
-            // step that doubles with every clean round in a row (at most
-            // half the limit), so a host far from its capacity is reached
-            // fast and one near it carefully.
-            let step = if self.limit < self.ceiling / 2.0 {
-                self.limit / 2.0
+            self.above += 1;
+            self.below = 0;
+            self.run.push(latency, n);
+        } else if latency < typical / FAST_FACTOR {
+            if self.below == 0 {
+                self.run = Acc::default();
+            }
+            self.below += 1;
+            self.above = 0;
+            self.run.push(latency, n);
+        } else {
+            self.above = 0;
+            self.below = 0;
+        }
+        if self.round_start == f64::INFINITY {
+            // The first answer at this level: its round trip starts now, and
+            // ends when an answer sent after it comes back.
+            self.round_start = at;
+        }
+        let round_over = sent >= self.round_start;
+        let since = self.level_since;
+        match self.phase {
+            Phase::Startup => self.startup_round(at, round_over),
+            Phase::Cruise => self.cruise(at),
+        }
+        // A new round trip, unless a new level (or window) began one.
+        if round_over && self.level_since == since && self.round_start != f64::INFINITY {
+            self.round_start = at;
+        }
+    }
+
+    /// At the end of a round trip in Startup: raise, or leave at a queue.
+    /// After each answer in Startup, and at the end of its round trip:
+    /// leave at a queue, or raise at the end of a clean round.
+    fn startup_round(&mut self, at: f64, round_over: bool) {
+        if self.window.n < MIN_WINDOW {
+            // Too few answers yet: another round trip at this level.
+            return;
+        }
+        let Some(test) = Test::new(&self.window, &self.reference) else {
+            return;
+        };
+        let (c, headroom) = self.capacity(&self.window, &test);
+        let queue = self.window.mean_in_flight() - c;
+        if !round_over {
+            // Within the round, only a queue beyond doubt: tested after
+            // every answer, five standard errors keep false exits below
+            // one in a million answers.
+            if test.above(Z_SURE) && queue >= Q_MIN {
+                self.exit_startup(c, headroom, &test, at, true);
+            }
+            return;
+        }
+        let saturated = if test.df >= 4.0 {
+            test.above(Z_EXIT) && queue >= Q_MIN
+        } else {
+            // Too few answers for a t-test: the likelier of no queue and one
+            // queued request.
+            let n = self.window.mean_in_flight().max(1.5);
+            let one = (n / (n - 1.0)).ln();
+            test.d >= one / 2.0 && queue >= Q_MIN
+        };
+        if saturated {
+            self.exit_startup(c, headroom, &test, at, false);
+            return;
+        }
+        if self.bound() {
+            self.clean = Some(self.level);
+            // A clean level is the host's no-load latency too.
+            let window = self.window;
+            self.reference.merge(&window);
+            self.reference.cap(REFERENCE_MAX);
+            let grow = self.level.min(Q_RAMP.max(self.level / 4.0));
+            self.set_level(self.level + grow, at);
+        }
+        // Else not in use: keep gathering answers at this level.
+    }
+
+    /// Startup met a queue: on to Cruise at the estimated knee.
+    fn exit_startup(&mut self, c: f64, headroom: f64, test: &Test, at: f64, early: bool) {
+        {
+            self.weak_exit = test.df < 8.0;
+            self.knee = c;
+            self.headroom = headroom;
+            let before = self.clean.unwrap_or(1.0);
+            // Within the round, the answers so far were sent while the
+            // queue was building, and `Ĉ` is too high: back to the last
+            // clean level, and up from there as Cruise finds the knee.
+            let level = if early {
+                before
             } else {
-                self.step.min(self.limit / 2.0).max(1.0)
+                (c - headroom).max(before)
             };
-            self.step *= 2.0;
-            self.set_limit(self.limit + step);
-            return self.pace(median);
+            let level = level.min(self.level);
+            self.phase = Phase::Cruise;
+            self.base_due = at + BASE_INTERVAL;
+            self.step = self.min_step();
+            self.set_level(level, at);
         }
-        self.step = 1.0;
-        self.pace(median);
     }
 
-    /// Spreads a round's requests over half the latency.
-    fn pace(&mut self, median: f64) {
-        let pacing = median / (2.0 * self.limit);
-        // Below the timer's resolution a wait rounds up to a whole
-        // millisecond and would cap a fast host at 1000 requests a second:
-        // no pacing there.
-        let pacing = if pacing < TIMER_RESOLUTION {
-            0.0
-        } else {
-            pacing
-        };
-        self.delay = within(pacing, self.config.min_delay, self.config.max_delay);
-    }
-}
-
-/// The `q` quantile of sorted values, interpolated.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let pos = q * (sorted.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
-}
-
-impl Policy for AdaptiveState {
-    fn throttle(&self) -> Throttle {
-        Throttle::new(self.delay, self.limit as usize)
-    }
-
-    fn on_sample(&mut self, sample: &Sample) -> Throttle {
-        match sample.outcome() {
-            Outcome::Ignore => {}
-            Outcome::Overload => {
-                self.slow_start = false;
-                self.set_limit((self.limit / 2.0).floor());
+    /// After each answer in Cruise: fast checks on the round, then the
+    /// window's.
+    fn cruise(&mut self, at: f64) {
+        let testing = self.verify.is_some() || self.base_probe.is_some();
+        let run = self.fast_run();
+        if self.above >= run && !testing && self.run.mean_in_flight() <= 1.0 {
+            // One at a time, the host itself got slower.
+            self.rebase(self.run, at);
+            return;
+        }
+        if self.above >= run && !testing {
+            let run = self.run;
+            if let Some(t) = Test::new(&run, &self.reference) {
+                self.cut(&run, &t, at);
+                return;
             }
-            Outcome::Success => {
-                let latency = sample.latency_secs();
-                if latency > 0.0 && latency.is_finite() {
-                    if self.skip > 0 {
-                        self.skip -= 1;
-                    } else {
-                        self.round.push((latency, sample.in_flight()));
-                        if self.strong_signal() {
-                            // Judge the round on the recent evidence alone.
-                            self.round.drain(..self.round.len() - EARLY);
-                            self.end_round();
-                        } else if self.round.len() >= self.round_size() {
-                            self.end_round();
+        }
+        if self.below >= run && !testing {
+            self.rebase(self.run, at);
+            return;
+        }
+        let Some(test) = Test::new(&self.window, &self.reference) else {
+            return;
+        };
+        if let Some(level) = self.base_probe {
+            if !self.complete(
+                (BASE_PROBE_ROUNDS * self.limit() as f64).max(2.0 * MIN_WINDOW),
+                at,
+            ) {
+                return;
+            }
+            let Some(test) = Test::new(&self.window, &self.reference) else {
+                return;
+            };
+            // The window at half the level is the no-load latency: if the
+            // reference is above it, it held a queue (or the host got
+            // faster); else it takes the window in.
+            if test.above(Z_CUT) {
+                // Above it: the host got slower, or its capacity fell below
+                // half the level. Half of that again tells which.
+                self.base_probe = None;
+                self.verify = Some(Verify {
+                    trigger: self.window,
+                    level,
+                    knee: self.knee,
+                    deeper: Some(self.window),
+                });
+                self.set_level(self.level / 2.0, at);
+                return;
+            }
+            if test.below(Z_REBASE) && self.window.n >= 2.0 * MIN_REFERENCE {
+                self.rebase(self.window, at);
+            } else if !test.below(Z_CUT) {
+                let window = self.window;
+                self.reference.merge(&window);
+                self.reference.cap(REFERENCE_MAX);
+            }
+            self.base_probe = None;
+            self.base_due = at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+            self.set_level(level, at);
+            return;
+        }
+        if let Some(v) = self.verify {
+            self.verify(v, at);
+            return;
+        }
+        if at >= self.base_due && self.level > 2.0 {
+            self.base_probe = Some(self.level);
+            self.set_level(self.level / 2.0, at);
+            return;
+        }
+        // One test per window, once it holds enough answers to see a queue
+        // of two: a false cut is then one window in 44.
+        if self.closed.is_none()
+            && self.max_in_flight > 1
+            && self.window.n >= 2.0 * MIN_WINDOW
+            && self.reference.n >= MIN_REFERENCE
+            && test.above(Z_SURE)
+        {
+            // A queue beyond doubt before the window is whole (its slowest
+            // answers, still out, would only add to it).
+            let (c, _) = self.capacity(&self.window, &test);
+            if self.window.mean_in_flight() - c >= Q_MIN {
+                let window = self.window;
+                self.cut(&window, &test, at);
+                return;
+            }
+        }
+        let mut want = self.needed(&test).max(2.0 * MIN_WINDOW);
+        if self.provisional {
+            // The window that replaces Startup's reference holds as many
+            // answers.
+            want = want.max(self.reference.n);
+        }
+        if !self.complete(want, at) {
+            return;
+        }
+        let Some(test) = Test::new(&self.window, &self.reference) else {
+            return;
+        };
+        if self.reference.n < MIN_REFERENCE {
+            // Too little known of the no-load latency to judge a queue: a
+            // window that shows none adds to it.
+            if !test.above(Z_CUT) {
+                let window = self.window;
+                self.reference.merge(&window);
+            }
+            self.reset_window(at);
+            return;
+        }
+        if self.provisional {
+            self.provisional = false;
+            if !test.above(Z_REBASE) {
+                // Below the knee, and long: the no-load latency, unbiased.
+                self.reference = self.window;
+                self.reset_window(at);
+                return;
+            }
+        }
+        if self.weak_exit {
+            self.weak_exit = false;
+            if test.d <= 0.0 && self.bound() {
+                // Startup ended on noise: resume it from here.
+                self.knee = f64::INFINITY;
+                self.headroom = 0.0;
+                self.phase = Phase::Startup;
+                self.reset_window(at);
+                return;
+            }
+        }
+        if self.max_in_flight <= 1 {
+            // One request at a time holds no queue of ours: its latency is
+            // the host's own.
+            let window = self.window;
+            // It may still raise the level.
+            let bound = self.bound();
+            if (test.above(Z_REBASE) || test.below(Z_REBASE)) && window.n >= 2.0 * MIN_REFERENCE {
+                self.rebase(window, at);
+            } else {
+                self.reference.merge(&window);
+                self.reference.cap(REFERENCE_MAX);
+                self.pace();
+                if !bound {
+                    self.reset_window(at);
+                }
+            }
+            if bound {
+                self.raise(at);
+            }
+            return;
+        }
+        if test.above(Z_CUT) {
+            let (c, _) = self.capacity(&self.window, &test);
+            if self.window.mean_in_flight() - c >= Q_MIN {
+                // Two windows in a row must show the queue: one alone does
+                // by chance one time in 44 (more often with heavy tails);
+                // one at three standard errors, one time in 740.
+                let mut both = self.window;
+                if test.above(Z_EXIT) {
+                    self.cut(&both, &test, at);
+                    return;
+                }
+                match self.suspect.take() {
+                    Some(first) => {
+                        both.merge(&first);
+                        if let Some(t) = Test::new(&both, &self.reference) {
+                            self.cut(&both, &t, at);
+                            return;
                         }
+                    }
+                    None => {
+                        self.suspect = Some(both);
+                        self.reset_window(at);
+                        return;
                     }
                 }
             }
         }
+        self.suspect = None;
+        if test.below(Z_REBASE) && self.window.n >= 2.0 * MIN_REFERENCE {
+            // The host got faster: the reference is what it serves now.
+            self.rebase(self.window, at);
+            return;
+        }
+        if test.d / test.se.max(1e-12) < Z_UP && self.bound() {
+            self.raise(at);
+        } else if !self.bound() {
+            // Not in use: nothing to learn about the knee; start afresh.
+            self.reset_window(at);
+        } else {
+            // Neither clean enough to raise nor queued enough to cut: hold,
+            // with a fresh window.
+            self.step = self.min_step();
+            self.reset_window(at);
+        }
+    }
+
+    /// The window holds a queue: cut to the estimated capacity, at most by
+    /// half, and verify.
+    fn cut(&mut self, w: &Acc, test: &Test, at: f64) {
+        let (c, headroom) = self.capacity(w, test);
+        self.verify = Some(Verify {
+            trigger: *w,
+            level: self.level,
+            knee: self.knee,
+            deeper: None,
+        });
+        self.knee = c;
+        self.headroom = headroom;
+        if self.probing {
+            // A probe above the knee found a queue: probe half as often.
+            self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
+        }
+        self.probing = false;
+        self.at_top = 0;
+        self.clean = None;
+        self.step = self.min_step();
+        // Below one request in flight there is no queue of ours to cut.
+        let level = (c - headroom).max(self.level / 2.0).max(1.0);
+        self.set_level(level.min(self.level), at);
+    }
+
+    /// Decides a cut under test on the window at the lower level.
+    fn verify(&mut self, v: Verify, at: f64) {
+        let want = (self.limit() as f64)
+            .max(MIN_WINDOW)
+            .max(self.to_tell(std::f64::consts::LN_2 / 2.0));
+        if !self.complete(want, at) {
+            // A round trip's answers at the lower level.
+            return;
+        }
+        let Some(test) = Test::new(&self.window, &self.reference) else {
+            return;
+        };
+        let test = &test;
+        if let Some(candidate) = v.deeper {
+            // A window at half the level of `candidate`: if the latency fell
+            // there too, it was a queue all along; if not, the host got
+            // slower, and `candidate` and this window are its no-load
+            // latency now.
+            self.verify = None;
+            // Halving the level halves a queue's latency (down to the
+            // no-load one) and leaves a slower host's as it was: the
+            // likelier of the two, with the threshold halfway.
+            let fell = self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0;
+            if fell {
+                if let Some(t) = Test::new(&candidate, &self.reference) {
+                    self.cut(&candidate, &t, at);
+                }
+            } else {
+                let mut reference = self.window;
+                reference.merge(&candidate);
+                self.reference = reference;
+                self.knee = v.knee;
+                self.base_due = at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+                self.set_level(v.level, at);
+            }
+            return;
+        }
+        if !test.above(Z_CUT) {
+            // The latency came back to the reference: it was a queue, and
+            // the cut drained it.
+            self.verify = None;
+            self.reset_window(at);
+            return;
+        }
+        // Still above the reference. Little's law says which: a queue keeps
+        // the capacity estimate where it was, whatever the level; a host
+        // that got slower makes it follow the level (the latency did not
+        // fall with it).
+        let base = self.reference.mean_latency();
+        let capacity = |w: &Acc| w.mean_in_flight() * base / w.mean_latency();
+        let moved = (capacity(&self.window) / capacity(&v.trigger)).ln();
+        let levels = (self.window.mean_in_flight() / v.trigger.mean_in_flight()).ln();
+        if (moved - levels).abs() < moved.abs() {
+            // It looks like drift, but the trigger may have caught a queue
+            // still building: half the level tells for sure.
+            self.verify = Some(Verify {
+                deeper: Some(self.window),
+                ..v
+            });
+            self.set_level(self.level / 2.0, at);
+            return;
+        }
+        self.verify = None;
+        // A queue, and some remains: cut again.
+        if self.window.n >= self.needed(test) {
+            let (c, _) = self.capacity(&self.window, test);
+            if self.window.mean_in_flight() - c >= Q_MIN {
+                let window = self.window;
+                self.cut(&window, test, at);
+                return;
+            }
+        }
+        self.reset_window(at);
+    }
+
+    /// The host got faster (or slower, after a verified drift): the
+    /// reference is what it serves now.
+    fn rebase(&mut self, to: Acc, at: f64) {
+        self.reference = to;
+        self.verify = None;
+        self.reset_window(at);
+        self.pace();
+    }
+
+    /// A clean window in use: raise the level.
+    fn raise(&mut self, at: f64) {
+        if self.probing {
+            // The probe above the knee was clean: the host grew.
+            self.probing = false;
+            self.probe_every = MIN_PROBE_EVERY;
+            self.knee = f64::INFINITY;
+            self.headroom = 0.0;
+        }
+        if self.level >= self.err_ceiling && self.level < self.err_hi {
+            // A probe above an overload ceiling went clean.
+            self.err_ceiling = self.level;
+            if self.err_hi - self.err_ceiling < self.min_step() {
+                self.err_ceiling = f64::INFINITY;
+                self.err_hi = f64::INFINITY;
+            }
+        }
+        self.clean = Some(self.level);
+        // (A clean window is not taken into the reference: near the knee it
+        // may hold a queue too small to see, which would raise the
+        // reference, then the knee, then the queue. The reference follows
+        // drift through the re-measures at half the level.)
+        let top = (self.knee - self.headroom).min(self.err_ceiling);
+        let level = self.level;
+        if level + self.step <= top {
+            let next = level + self.step.max((top - level) / 2.0).min(top - level);
+            let next = if top.is_finite() {
+                next
+            } else {
+                level + self.step
+            };
+            self.step = (2.0 * self.step).min(self.min_step().max(next / 4.0));
+            self.set_level(next, at);
+        } else if level < top {
+            self.step = self.min_step();
+            self.set_level(top, at);
+        } else {
+            self.at_top += 1;
+            self.reset_window(at);
+            if self.knee.is_finite() && top == self.knee - self.headroom {
+                if self.at_top >= self.probe_every {
+                    self.at_top = 0;
+                    self.probing = true;
+                    let probe = top.round() + 1.0;
+                    self.set_level(probe.max(level + self.min_step()), at);
+                }
+            } else if self.err_ceiling.is_finite() {
+                let budget = self.event_errors as f64 / E_BUDGET;
+                let waited = at - self.last_event >= PAUSE_SPACING * self.event_pause;
+                if self.answers_since_event as f64 >= budget && waited {
+                    let probe = (self.err_ceiling + self.err_hi.min(2.0 * self.err_ceiling)) / 2.0;
+                    self.set_level(probe.max(level + self.min_step()), at);
+                }
+            }
+        }
+    }
+
+    /// Counts an answer to a request sent before the last overload event
+    /// (its batch): once a few are in, the share served tells the level
+    /// the host allowed when it refused, whatever burst it allowed before.
+    fn batch(&mut self, ok: bool) {
+        let Some(batch) = self.batch.as_mut() else {
+            return;
+        };
+        if ok {
+            batch.ok += 1;
+        } else {
+            batch.refused += 1;
+        }
+        let total = batch.ok + batch.refused;
+        if batch.ok == 0 || total < MIN_BATCH {
+            return;
+        }
+        let allowed = batch.level * batch.ok as f64 / total as f64;
+        if allowed < self.level {
+            self.err_ceiling = self.err_ceiling.min(allowed);
+            self.level = allowed.max(self.min_level());
+            self.pace();
+        }
+    }
+
+    fn on_overload(&mut self, at: f64, sent: f64, pause: f64) {
+        if sent < self.last_event {
+            // Answered to a request sent before the last reaction.
+            self.batch(false);
+            return;
+        }
+        self.count(true);
+        if pause == 0.0 && self.cusum < H_EVENT {
+            return;
+        }
+        let errors = self.errors;
+        let served_level = self.served_level(at);
+        let served_any = self.prev + self.bucket > 0;
+        // What was served since the last pause may still hold the burst the
+        // server allowed after it.
+        let fresh = at - self.resumed < 2.0 * self.bucket_len();
+        if pause > 0.0 {
+            // Nothing is sent during the pause: the count starts afresh
+            // after it.
+            self.bucket_start = at + pause;
+            self.resumed = at + pause;
+            self.bucket = 0;
+            self.prev = 0;
+            self.prev_len = 0.0;
+        }
+        self.cusum = 0.0;
+        self.errors = 0;
+        self.answers = 0;
+        let served = self.served_since_event;
+        self.last_event = at;
+        self.event_errors = errors.max(1);
+        self.event_pause = pause;
+        self.answers_since_event = 0;
+        self.served_since_event = 0;
+        let _ = served;
+        let level = self.level;
+        self.batch = Some(Batch {
+            level,
+            ok: 0,
+            refused: 0,
+        });
+        if pause > 0.0 && !served_any {
+            // Nothing served since the last pause: the server refuses
+            // everything for now, whatever the rate; the pause is the whole
+            // reaction, and the slot resumes at its level.
+            self.reset_window(at);
+            return;
+        }
+        if self.reference.n == 0.0 {
+            // Refused without a pause, and nothing ever served: no sign that
+            // more than one at a time helps. A rate below one request per
+            // `NO_SERVICE_BASE`, slower by β each event, so that a host that
+            // refuses everything is left in peace.
+            self.set_level(BETA * self.level.min(1.0), at);
+            return;
+        }
+        self.phase = Phase::Cruise;
+        self.verify = None;
+        self.probing = false;
+        // Requests were served, then refused: the level is too much for
+        // the host. To what it served (BBRv2's `inflight_lo`: what was
+        // delivered). A pause costs a round of answers, so after one the
+        // level goes safely below what was served (one standard error of
+        // its count), and at least by β; without one, it goes no lower than
+        // the last clean level, and at most by β (BBRv2's bound on a
+        // round's cut).
+        let clean = self.clean.filter(|c| *c < self.level);
+        let level = if pause > 0.0 {
+            // (At least by β when what was served came just after an
+            // earlier pause: it may hold the burst the server allowed then.)
+            match served_level {
+                Some((_, safe)) if fresh => safe.min(BETA * self.level),
+                Some((_, safe)) => safe,
+                None => BETA * self.level,
+            }
+        } else {
+            let served = served_level.map(|(_, safe)| safe);
+            let best = match (served, clean) {
+                (Some(s), Some(c)) => s.max(c),
+                (s, c) => s.or(c).unwrap_or(0.0),
+            };
+            best.max(BETA * self.level)
+        };
+        let level = level.min(self.level);
+        if level < self.level {
+            // Up to what was served, raises are free; above, they are
+            // probes paid from a budget.
+            self.err_hi = self.level;
+            // (After a pause, what was served may hold a burst the server
+            // allowed once: the ceiling is the safe level.)
+            let ceiling = match served_level {
+                Some((served, _)) if pause == 0.0 && served < self.level => served.max(level),
+                _ => level,
+            };
+            self.err_ceiling = ceiling;
+        }
+        self.clean = None;
+        self.step = self.min_step();
+        self.set_level(level, at);
+    }
+}
+
+impl Policy for Knee {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(self.delay, self.limit())
+    }
+
+    fn on_sample(&mut self, sample: &Sample) -> Throttle {
+        let latency = sample.latency_secs();
+        let overload = sample.outcome() == Outcome::Overload;
+        // An overload may be answered at once; its latency only dates it.
+        let latency = if overload && !(latency > 0.0 && latency.is_finite()) {
+            0.0
+        } else {
+            latency
+        };
+        let usable = latency > 0.0 && latency.is_finite();
+        let stamped = sample.at_secs().filter(|a| a.is_finite());
+        if stamped.is_none() && !(usable || overload) {
+            return self.throttle();
+        }
+        // The layer stamps each answer; a trace without times gets a
+        // closed loop's: answers `latency / in flight` apart.
+        let at = match stamped {
+            Some(at) => at.max(self.last_at),
+            None => self.last_at + latency / sample.in_flight().max(1) as f64,
+        };
+        self.last_at = at;
+        let sent = if usable || overload { at - latency } else { at };
+        self.in_flight = sample.in_flight();
+        // Every answer tells a window that one of its requests is back.
+        let belongs = self.belongs(sent);
+        if sample.outcome() == Outcome::Ignore || !(usable || overload) {
+            return self.throttle();
+        }
+        match sample.outcome() {
+            Outcome::Overload => {
+                let pause = sample.pause_secs();
+                let pause = if pause.is_finite() {
+                    pause.max(0.0)
+                } else {
+                    0.0
+                };
+                self.on_overload(at, sent, pause);
+            }
+            _ => self.on_success(latency, sample.in_flight(), at, sent, belongs),
+        }
         self.throttle()
+    }
+
+    fn owns_overload(&self) -> bool {
+        true
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::ok;
     use crate::policy::MakePolicy;
     use http::StatusCode;
 
-    fn feed(p: &mut Box<dyn Policy>, n: usize, latency: f64, in_flight: usize) -> Throttle {
-        let mut t = p.throttle();
-        for _ in 0..n {
-            t = p.on_sample(&ok(latency, in_flight));
+    fn at(latency: f64, in_flight: usize, at: f64) -> Sample {
+        Sample::from_secs_f64(latency, StatusCode::OK)
+            .with_in_flight(in_flight)
+            .with_at(at)
+    }
+
+    #[test]
+    fn acc_merges_as_if_pushed_together() {
+        let mut a = Acc::default();
+        let mut b = Acc::default();
+        let mut all = Acc::default();
+        for (i, x) in [0.1, 0.2, 0.15, 0.3, 0.12, 0.5, 0.25].iter().enumerate() {
+            if i % 2 == 0 {
+                a.push(*x, 1.0);
+            } else {
+                b.push(*x, 2.0);
+            }
+            all.push(*x, if i % 2 == 0 { 1.0 } else { 2.0 });
         }
-        t
+        a.merge(&b);
+        assert!((a.mean - all.mean).abs() < 1e-12);
+        assert!((a.m2 - all.m2).abs() < 1e-12);
+        assert_eq!(a.n, all.n);
     }
 
     #[test]
-    fn slow_start_doubles_then_settles_at_the_estimated_capacity() {
+    fn student_quantile_is_close() {
+        // Student's t at 97.7 % (z = 2): 2.87 at 4, 2.32 at 10, 2.09 at 30.
+        for (df, t) in [(4.0, 2.87), (10.0, 2.32), (30.0, 2.09)] {
+            let q = Test::quantile(2.0, df);
+            assert!((q - t).abs() / t < 0.03, "{df}: {q} vs {t}");
+        }
+    }
+
+    #[test]
+    fn startup_ramps_then_settles_at_the_knee() {
+        // A host of 8 workers at 100 ms, fed as a closed loop would: each
+        // round trip, `limit` answers with latency 100 ms × max(1, n / 8).
         let mut p = Adaptive::default().make_policy(&SlotKey::new("t"));
-        assert_eq!(p.throttle().concurrency(), 1);
-        // Slow-start rounds of max(2, L/2) responses, after skipping the
-        // responses in flight at each raise; 100 ms at every load so far:
-        // no queue, the limit doubles.
-        assert_eq!(feed(&mut p, 2, 0.1, 1).concurrency(), 2);
-        assert_eq!(feed(&mut p, 1 + 2, 0.1, 2).concurrency(), 4);
-        assert_eq!(feed(&mut p, 2 + 2, 0.1, 4).concurrency(), 8);
-        // At 8 in flight the latency doubles (a 4-worker host): slow start
-        // ends with a cut to the estimated capacity 8 / 2 = 4.
-        let t = feed(&mut p, 4 + 4, 0.2, 8);
-        assert_eq!(t.concurrency(), 4);
-        // The delay paces a round over half the latency: 0.2 / (2 × 4).
-        assert!((t.delay_secs() - 0.025).abs() < 1e-12);
-        // Steady: skip the 8 responses in flight at the cut, then a round
-        // of 8 at 4 in flight shows no queue. 4 is not below half the
-        // limit of the cut (8), so +1.
-        assert_eq!(feed(&mut p, 8 + 8, 0.1, 4).concurrency(), 5);
-        // Then a queue: 5 in flight, latency × 1.375, q = 1.36: cut to
-        // 5 / 1.375 = 3.6.
-        assert_eq!(feed(&mut p, 4 + 8, 0.1375, 5).concurrency(), 3);
-        // No queue again: 3.6 is not below half the limit of that cut (5),
-        // so +1.
-        assert_eq!(feed(&mut p, 5 + 8, 0.1, 3).concurrency(), 4);
+        let mut now = 0.0;
+        let mut limits = Vec::new();
+        for _ in 0..40 {
+            let limit = p.throttle().concurrency();
+            let latency = 0.1 * (limit as f64 / 8.0).max(1.0);
+            now += latency;
+            for i in 0..limit {
+                p.on_sample(&at(latency * (1.0 + 0.01 * (i % 3) as f64), limit, now));
+            }
+            limits.push(p.throttle().concurrency());
+        }
+        let last = *limits.last().unwrap();
+        assert!((8..=9).contains(&last), "{limits:?}");
+        assert!(limits.iter().all(|l| *l <= 24), "{limits:?}");
+    }
+
+    /// A closed loop on a host of `workers` at `base` seconds (± 1 %), with
+    /// every `every`-th answer an overload (none if 0) carrying `pause`
+    /// seconds; returns the limits after each round trip.
+    fn run(
+        p: &mut Knee,
+        workers: f64,
+        base: f64,
+        rounds: usize,
+        every: usize,
+        pause: f64,
+    ) -> Vec<usize> {
+        let mut now = 0.0;
+        let mut k = 0;
+        let mut limits = Vec::new();
+        for _ in 0..rounds {
+            let limit = p.throttle().concurrency();
+            let latency = base * (limit as f64 / workers).max(1.0);
+            now += latency;
+            for i in 0..limit {
+                k += 1;
+                let sample = if every > 0 && k % every == 0 {
+                    Sample::from_secs_f64(latency, StatusCode::SERVICE_UNAVAILABLE)
+                        .with_pause(pause)
+                } else {
+                    Sample::from_secs_f64(latency * (1.0 + 0.01 * (i % 3) as f64), StatusCode::OK)
+                };
+                p.on_sample(&sample.with_in_flight(limit).with_at(now));
+            }
+            limits.push(p.throttle().concurrency());
+        }
+        limits
     }
 
     #[test]
-    fn a_capacity_drop_is_seen_within_four_responses() {
-        let mut p = Adaptive::default()
-            .initial_concurrency(16)
-            .make_policy(&SlotKey::new("t"));
-        // Slow start: 16 → 32; at 32 in flight the level is × 1.3: cut to
-        // 16 / 1.3 = 12.3 (skipping the 16, then 32, responses in flight).
-        assert_eq!(feed(&mut p, 8, 0.05, 16).concurrency(), 32);
-        assert_eq!(feed(&mut p, 16 + 16, 0.065, 16).concurrency(), 12);
-        // Steady at 12 without a queue, below half the limit of the cut
-        // (32): recovery by half, to 18.5.
-        assert_eq!(feed(&mut p, 32 + 12, 0.05, 12).concurrency(), 18);
-        // Skip the 13 responses in flight at that raise.
-        feed(&mut p, 13, 0.05, 18);
-        // The host drops to a quarter: three slow responses are not enough;
-        // the fourth ends the round, judged on those four: a cut to 18 / 4.
-        assert_eq!(feed(&mut p, 3, 0.2, 18).concurrency(), 18);
-        assert_eq!(feed(&mut p, 1, 0.2, 18).concurrency(), 4);
+    fn two_percent_of_random_errors_make_no_event() {
+        // Page's CUSUM between 2 % and 8 %: one overload in 50 answers,
+        // for 100 000 answers, never crosses ln 1000.
+        let mut k = Adaptive::default().knee();
+        for i in 1..=100_000u32 {
+            k.count(i % 50 == 0);
+            assert!(k.cusum < H_EVENT, "event after {i} answers");
+        }
+        // One in ten does, within about 70 answers.
+        let mut k = Adaptive::default().knee();
+        let n = (1..=1000u32).find(|i| {
+            k.count(i % 10 == 0);
+            k.cusum >= H_EVENT
+        });
+        assert!(n.is_some_and(|n| n <= 150), "{n:?}");
     }
 
     #[test]
-    fn an_overload_halves_the_limit() {
-        let mut p = Adaptive::default()
-            .initial_concurrency(10)
-            .make_policy(&SlotKey::new("t"));
-        let t = p.on_sample(&Sample::error(1.0, Outcome::Overload));
-        assert_eq!(t.concurrency(), 5);
-        let t = p.on_sample(&Sample::from_secs_f64(0.1, StatusCode::TOO_MANY_REQUESTS));
+    fn random_errors_leave_the_level_where_latency_puts_it() {
+        let mut clean = Adaptive::default().knee();
+        let mut noisy = Adaptive::default().knee();
+        let a = run(&mut clean, 32.0, 0.1, 60, 0, 0.0);
+        let b = run(&mut noisy, 32.0, 0.1, 60, 50, 0.0);
+        let (a, b) = (a[59], b[59]);
+        assert!((30..=34).contains(&a), "{a}");
+        assert!(b as f64 >= 0.8 * a as f64, "{b} of {a}");
+    }
+
+    #[test]
+    fn errors_that_grow_with_load_cut_to_what_was_served() {
+        // A tenth of answers refused: the level goes to what was served.
+        let mut k = Adaptive::default().knee();
+        run(&mut k, 64.0, 0.1, 30, 0, 0.0);
+        let before = k.level;
+        run(&mut k, 64.0, 0.1, 3, 10, 0.0);
+        assert!(k.level < before, "{} from {before}", k.level);
+        assert!(k.level >= BETA * before - 1.0, "{} from {before}", k.level);
+    }
+
+    #[test]
+    fn a_pause_before_anything_was_served_changes_only_the_wait() {
+        let mut k = Adaptive::default().knee();
+        let sample = Sample::from_secs_f64(0.01, StatusCode::TOO_MANY_REQUESTS)
+            .with_pause(1.0)
+            .with_in_flight(2)
+            .with_at(0.01);
+        let t = k.on_sample(&sample);
         assert_eq!(t.concurrency(), 2);
-        for _ in 0..5 {
-            p.on_sample(&Sample::error(1.0, Outcome::Overload));
-        }
-        assert_eq!(p.throttle().concurrency(), 1);
+        // Served, then paused: the level comes down.
+        run(&mut k, 64.0, 0.1, 20, 0, 0.0);
+        let before = k.level;
+        run(&mut k, 64.0, 0.1, 1, 7, 1.0);
+        assert!(k.level < before, "{} from {before}", k.level);
+        assert!(k.err_ceiling < before);
     }
 
     #[test]
-    fn a_slower_host_is_learned_at_one_in_flight() {
-        let mut p = Adaptive::default().make_policy(&SlotKey::new("t"));
-        feed(&mut p, 4, 0.1, 1);
-        // The host now takes 1 s even alone: with one in flight that is its
-        // base, not a queue, so the limit is not cut.
-        let t = feed(&mut p, 40, 1.0, 1);
-        assert!(t.concurrency() >= 2, "{t:?}");
+    fn a_window_waits_for_its_slow_answers() {
+        let mut k = Adaptive::default().knee();
+        k.in_flight = 5;
+        k.open_window(10.0);
+        assert_eq!(k.old, 4);
+        // Four sent before it opened come back, then three of its own: the
+        // two still out of its five keep it open.
+        for _ in 0..4 {
+            k.in_flight = 6;
+            assert_eq!(k.belongs(9.0), Belongs::Stale);
+        }
+        assert_eq!(k.old, 0);
+        for _ in 0..3 {
+            k.in_flight = 5;
+            assert_eq!(k.belongs(10.5), Belongs::Window);
+        }
+        // (Its slowest answer took a second: it waits two at most.)
+        k.slowest = 1.0;
+        assert!(!k.complete(5.0, 11.0));
+        assert_eq!(k.closed.map(|c| c.left), Some(4));
+        // Requests sent after it closed belong to the next window.
+        k.in_flight = 5;
+        assert_eq!(k.belongs(11.5), Belongs::Next);
+        for left in (0..4).rev() {
+            k.in_flight = left + 2;
+            assert_eq!(k.belongs(10.9), Belongs::Window);
+            assert_eq!(k.complete(5.0, 12.0), left == 0);
+        }
+        // Cancelled requests never answer: the deadline judges it.
+        k.in_flight = 5;
+        k.open_window(20.0);
+        k.slowest = 1.0;
+        k.in_flight = 9;
+        assert_eq!(k.belongs(20.5), Belongs::Window);
+        assert!(!k.complete(4.0, 21.0));
+        assert!(!k.complete(4.0, 22.9));
+        assert!(k.complete(4.0, 23.0));
     }
 
     #[test]
@@ -484,8 +1778,8 @@ mod tests {
         let mut p = Adaptive::default().make_policy(&SlotKey::new("t"));
         let before = p.throttle();
         p.on_sample(&Sample::error(1.0, Outcome::Ignore));
-        p.on_sample(&ok(0.0, 1));
-        p.on_sample(&ok(f64::NAN, 1));
+        p.on_sample(&at(0.0, 1, 1.0));
+        p.on_sample(&at(f64::NAN, 1, 1.0));
         assert_eq!(p.throttle(), before);
     }
 
@@ -502,6 +1796,7 @@ mod tests {
         assert_eq!(
             Adaptive::default()
                 .initial_concurrency(100)
+                .max_concurrency(10)
                 .validate()
                 .unwrap_err()
                 .field(),

@@ -94,6 +94,10 @@ impl Policy for Bounded {
         let throttle = self.inner.on_sample(sample);
         self.clamp(throttle)
     }
+
+    fn owns_overload(&self) -> bool {
+        self.inner.owns_overload()
+    }
 }
 
 #[cfg(test)]

@@ -111,13 +111,21 @@ impl Outcome {
 }
 
 /// One observation fed to a policy: how long a request took, its status if a
-/// response came, its [`Outcome`], and the slot's requests in flight.
+/// response came, its [`Outcome`], the slot's requests in flight, when it
+/// ended, and the pause the server asked for with it.
+///
+/// The time is data, not a clock the policy reads: the layer stamps each
+/// sample with the seconds since it was made (`at`); a sample without one
+/// (a replayed trace) is taken to end `latency / in_flight` after the one
+/// before, as in a closed loop. A policy stays pure either way.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     latency: f64,
     status: Option<StatusCode>,
     outcome: Outcome,
     in_flight: usize,
+    at: Option<f64>,
+    pause: f64,
 }
 
 impl Sample {
@@ -139,6 +147,8 @@ impl Sample {
             status: Some(status),
             outcome: Outcome::of_status(status),
             in_flight: 0,
+            at: None,
+            pause: 0.0,
         }
     }
 
@@ -151,6 +161,8 @@ impl Sample {
             status: None,
             outcome,
             in_flight: 0,
+            at: None,
+            pause: 0.0,
         }
     }
 
@@ -166,6 +178,24 @@ impl Sample {
     #[must_use]
     pub fn with_outcome(mut self, outcome: Outcome) -> Self {
         self.outcome = outcome;
+        self
+    }
+
+    /// Sets when the request ended, in seconds on the slot's clock (the
+    /// layer's: seconds since the layer was made; any fixed origin works,
+    /// as long as it does not go back).
+    #[must_use]
+    pub fn with_at(mut self, secs: f64) -> Self {
+        self.at = Some(secs);
+        self
+    }
+
+    /// Sets the pause, in seconds, that the server asked for with this
+    /// answer (`Retry-After`, an exhausted `RateLimit` quota), as the layer
+    /// enforces it.
+    #[must_use]
+    pub fn with_pause(mut self, secs: f64) -> Self {
+        self.pause = secs;
         self
     }
 
@@ -192,6 +222,19 @@ impl Sample {
     #[must_use]
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// When the request ended, in seconds on the slot's clock, if known.
+    #[must_use]
+    pub fn at_secs(&self) -> Option<f64> {
+        self.at
+    }
+
+    /// The pause the server asked for with this answer, in seconds (0 if
+    /// none).
+    #[must_use]
+    pub fn pause_secs(&self) -> f64 {
+        self.pause
     }
 }
 
@@ -244,6 +287,15 @@ pub trait Policy: fmt::Debug + Send + 'static {
     /// Takes one sample into account and returns what the policy allows
     /// from now on.
     fn on_sample(&mut self, sample: &Sample) -> Throttle;
+
+    /// Whether the policy reacts to overload itself. If not (the default),
+    /// the layer backs the slot off on an overload (see the crate's
+    /// documentation) and hands the policy only the first overload of a
+    /// burst; if so, the layer only enforces the pauses servers ask for,
+    /// and the policy sees every overload as it came.
+    fn owns_overload(&self) -> bool {
+        false
+    }
 }
 
 /// Makes the policy of each new slot; this is what a [`Config`](crate::Config)

@@ -40,6 +40,8 @@ impl Hints {
 /// How a request ended, as reported to its slot.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Ended {
+    /// When it ended, in seconds on the slot's clock (see [`Sample::with_at`](crate::policy::Sample::with_at)).
+    pub(crate) at: f64,
     pub(crate) latency: Duration,
     pub(crate) status: Option<StatusCode>,
     pub(crate) outcome: Outcome,

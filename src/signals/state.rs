@@ -133,9 +133,14 @@ impl Signals {
     }
 
     /// Called at each dispatch: tracks the spacing and draws the next
-    /// jitter factor.
+    /// jitter factor. A gap that a pause forced (the pause ended between the
+    /// two dispatches) says nothing of the rate the slot had: it is left out,
+    /// so that a backoff is never sized from it.
     pub(crate) fn on_dispatch(&mut self, now: Instant, previous: Option<Instant>) {
-        if let Some(previous) = previous {
+        let forced = self
+            .paused_until()
+            .is_some_and(|until| previous.is_some_and(|p| p < until) && until <= now);
+        if let Some(previous) = previous.filter(|_| !forced) {
             let gap = now.saturating_duration_since(previous);
             self.interval = Some(match self.interval {
                 Some(i) => i.saturating_mul(7).saturating_add(gap) / 8,
@@ -149,7 +154,9 @@ impl Signals {
     }
 
     /// Takes in how a request ended. `seq` is the request's dispatch number
-    /// and `dispatched` the slot's count of dispatches so far.
+    /// and `dispatched` the slot's count of dispatches so far. With `owned`
+    /// (a policy that reacts to overload itself), overloads are counted but
+    /// set no backoff, and the policy sees each of them.
     pub(crate) fn on_outcome(
         &mut self,
         now: Instant,
@@ -157,18 +164,27 @@ impl Signals {
         seq: u64,
         dispatched: u64,
         policy: &Throttle,
+        owned: bool,
     ) -> Reaction {
         match outcome {
             Outcome::Overload => {
                 let last = self.trouble.as_ref().and_then(|t| t.overload_seq);
                 if last.is_some_and(|last| seq <= last) {
                     // In flight when we last reacted: the same event.
+                    let outcome = if owned { outcome } else { Outcome::Ignore };
                     return Reaction {
-                        outcome: Outcome::Ignore,
+                        outcome,
                         changed: false,
                     };
                 }
                 self.overloads += 1;
+                if owned {
+                    self.trouble().overload_seq = Some(dispatched);
+                    return Reaction {
+                        outcome,
+                        changed: false,
+                    };
+                }
                 let (delay, limit) = self.effective(policy, now);
                 let base = delay.max(self.interval.unwrap_or(Duration::ZERO));
                 let t = self.trouble();
@@ -270,7 +286,7 @@ mod tests {
         // Dispatches 100 ms apart.
         s.on_dispatch(t0, None);
         s.on_dispatch(t0 + 100 * MS, Some(t0));
-        let r = s.on_outcome(t0 + 150 * MS, Outcome::Overload, 2, 10, &p);
+        let r = s.on_outcome(t0 + 150 * MS, Outcome::Overload, 2, 10, &p, false);
         assert_eq!(
             r,
             Reaction {
@@ -281,13 +297,13 @@ mod tests {
         assert_eq!(s.effective(&p, t0), (200 * MS, 4));
         // Requests 3..=10 were in flight: their overloads are the same event.
         for seq in 3..=10 {
-            let r = s.on_outcome(t0 + 160 * MS, Outcome::Overload, seq, 10, &p);
+            let r = s.on_outcome(t0 + 160 * MS, Outcome::Overload, seq, 10, &p, false);
             assert_eq!(r.outcome, Outcome::Ignore);
         }
         assert_eq!(s.effective(&p, t0), (200 * MS, 4));
         assert_eq!(s.overloads, 1);
         // A later request's overload is a new event.
-        s.on_outcome(t0 + 500 * MS, Outcome::Overload, 11, 12, &p);
+        s.on_outcome(t0 + 500 * MS, Outcome::Overload, 11, 12, &p, false);
         assert_eq!(s.effective(&p, t0), (400 * MS, 2));
     }
 
@@ -296,21 +312,21 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Signals::new(0.0, 0);
         let p = policy(0, 4);
-        s.on_outcome(t0, Outcome::Overload, 1, 1, &p);
+        s.on_outcome(t0, Outcome::Overload, 1, 1, &p, false);
         assert_eq!(s.effective(&p, t0), (MIN_BACKOFF, 2));
         // Two successes at cap 2 -> cap 3; three more -> cap 4 = the
         // policy's limit, so the cap goes.
         for _ in 0..2 {
-            s.on_outcome(t0, Outcome::Success, 2, 2, &p);
+            s.on_outcome(t0, Outcome::Success, 2, 2, &p, false);
         }
         assert_eq!(s.effective(&p, t0).1, 3);
         for _ in 0..3 {
-            s.on_outcome(t0, Outcome::Success, 2, 2, &p);
+            s.on_outcome(t0, Outcome::Success, 2, 2, &p, false);
         }
         assert_eq!(s.backoff().1, None);
         let mut n = 5;
         while !s.backoff().0.is_zero() {
-            s.on_outcome(t0, Outcome::Success, 2, 2, &p);
+            s.on_outcome(t0, Outcome::Success, 2, 2, &p, false);
             n += 1;
         }
         // No dispatch spacing was known: 50 ms decays by 1/16 a success
@@ -326,18 +342,59 @@ mod tests {
         // Dispatches every 100 ms, then an overload: backoff 200 ms.
         s.on_dispatch(t0, None);
         s.on_dispatch(t0 + 100 * MS, Some(t0));
-        s.on_outcome(t0, Outcome::Overload, 2, 2, &p);
+        s.on_outcome(t0, Outcome::Overload, 2, 2, &p, false);
         assert_eq!(s.backoff().0, 200 * MS);
         let mut n = 0;
         while s.backoff().0 > 125 * MS {
-            s.on_outcome(t0, Outcome::Success, 3, 3, &p);
+            s.on_outcome(t0, Outcome::Success, 3, 3, &p, false);
             n += 1;
         }
         // 200 → 125 ms at 1/16 a success: 8 successes.
         assert_eq!(n, 8);
         let at = s.backoff().0;
-        s.on_outcome(t0, Outcome::Success, 3, 3, &p);
+        s.on_outcome(t0, Outcome::Success, 3, 3, &p, false);
         assert_eq!(s.backoff().0, at - at / 256);
+    }
+
+    #[test]
+    fn an_owned_overload_is_counted_and_passed_on_without_a_backoff() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        let p = policy(0, 8);
+        s.on_dispatch(t0, None);
+        s.on_dispatch(t0 + 100 * MS, Some(t0));
+        let r = s.on_outcome(t0 + 150 * MS, Outcome::Overload, 2, 10, &p, true);
+        assert_eq!(
+            r,
+            Reaction {
+                outcome: Outcome::Overload,
+                changed: false
+            }
+        );
+        // Requests in flight then: still the same event, but the policy sees
+        // each overload as it came.
+        let r = s.on_outcome(t0 + 160 * MS, Outcome::Overload, 5, 10, &p, true);
+        assert_eq!(r.outcome, Outcome::Overload);
+        assert_eq!(s.overloads, 1);
+        assert_eq!(s.backoff(), (Duration::ZERO, None));
+        assert_eq!(s.effective(&p, t0 + 200 * MS), (Duration::ZERO, 8));
+    }
+
+    #[test]
+    fn a_gap_a_pause_forced_is_not_the_slots_spacing() {
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        s.on_dispatch(t0, None);
+        s.on_dispatch(t0 + 10 * MS, Some(t0));
+        assert_eq!(s.interval, Some(10 * MS));
+        // A pause from 20 ms to 1 s: the next dispatch, at 1 s, is 990 ms
+        // after the one before, which says nothing of the slot's rate.
+        assert!(s.retry_after(t0 + 20 * MS, Duration::from_millis(980)));
+        s.on_dispatch(t0 + 1000 * MS, Some(t0 + 10 * MS));
+        assert_eq!(s.interval, Some(10 * MS));
+        // The next gap counts again.
+        s.on_dispatch(t0 + 1018 * MS, Some(t0 + 1000 * MS));
+        assert_eq!(s.interval, Some(11 * MS));
     }
 
     #[test]

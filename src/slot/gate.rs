@@ -265,13 +265,18 @@ impl Permit {
     pub(crate) fn end(
         &mut self,
         now: Instant,
+        at: f64,
         latency: Duration,
-        status: Option<StatusCode>,
+        response: Option<(StatusCode, Hints)>,
         outcome: Outcome,
-        hints: Hints,
         adjust: bool,
     ) -> Adjustment {
+        let (status, hints) = match response {
+            Some((status, hints)) => (Some(status), hints),
+            None => (None, Hints::default()),
+        };
         let ended = Ended {
+            at,
             latency,
             status,
             outcome,

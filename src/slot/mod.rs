@@ -131,6 +131,7 @@ impl Slot {
                 state.signals.effective(&state.throttle, now),
                 state.signals.paused_until(),
             );
+            let owned = state.policy.owns_overload();
             let reaction = if ended.adjust {
                 state.signals.on_outcome(
                     now,
@@ -138,6 +139,7 @@ impl Slot {
                     ended.seq,
                     state.dispatched,
                     &state.throttle,
+                    owned,
                 )
             } else {
                 crate::signals::Reaction {
@@ -151,12 +153,15 @@ impl Slot {
             if let Some(limit) = ended.hints.rate_limit {
                 state.signals.rate_limit(now, limit);
             }
+            let pause = ended.hints.pause().unwrap_or(Duration::ZERO);
             let sample = match ended.status {
                 Some(status) => Sample::new(ended.latency, status),
                 None => Sample::error(ended.latency.as_secs_f64(), ended.outcome),
             }
             .with_outcome(reaction.outcome)
-            .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight));
+            .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight))
+            .with_at(ended.at)
+            .with_pause(pause.as_secs_f64());
             if ended.adjust {
                 state.throttle = state.policy.on_sample(&sample);
             }

@@ -46,6 +46,8 @@ pub(crate) struct SlotTable {
     idle_timeout: Duration,
     max_slots: usize,
     created: AtomicUsize,
+    /// The origin of the slots' clock (see [`clock`](Self::clock)).
+    epoch: Instant,
 }
 
 impl SlotTable {
@@ -66,7 +68,14 @@ impl SlotTable {
             idle_timeout,
             max_slots: max_slots.max(1),
             created: AtomicUsize::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    /// `now` on the slots' clock: seconds since the table was made, as
+    /// policies get it in their samples.
+    pub(crate) fn clock(&self, now: Instant) -> f64 {
+        now.saturating_duration_since(self.epoch).as_secs_f64()
     }
 
     /// Runs `f` on the slot for `key` (created with a fresh policy if it is
