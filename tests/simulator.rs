@@ -437,3 +437,101 @@ fn new_scenarios_are_identical_for_a_seed() {
         assert_eq!(key(&a), key(&b), "{name}");
     }
 }
+
+/// The default's goals (issue 12) on a scenario and seed, against the
+/// scenario's own oracle (`sim::oracle_hosts`, derived from the server
+/// model): at least `thr` of the oracle's speed on every host, a mean server
+/// queue of at most `queue` (the goal: 1), nothing sent before a
+/// `Retry-After` deadline, load-caused overloads under 2 % of the requests
+/// sent, and, where the server changes, settled within `settle` seconds of
+/// each change.
+fn meets(name: &str, seed: u64, thr: f64, queue: f64, settle: f64) {
+    let s = scenario(name);
+    let oracles = sim::oracle_hosts(&s, seed);
+    let run = sim::run(&s, &default_policy(), seed);
+    for (host, oracle) in run.hosts.iter().zip(&oracles) {
+        let share = oracle.makespan / host.makespan;
+        let load = host.load_overloads as f64 / host.sent.max(1) as f64;
+        let settled = host
+            .settle
+            .iter()
+            .all(|(_, after)| after.is_some_and(|a| a <= settle));
+        assert!(
+            share >= thr && host.mean_queue <= queue && host.early == 0 && load < 0.02 && settled,
+            "{name}, seed {seed}, host {}: thr {share:.3} (guard {thr}), queue {:.2} (guard {queue}), early {}, load overloads {load:.4}, settle {:?}",
+            host.name,
+            host.mean_queue,
+            host.early,
+            host.settle
+        );
+    }
+}
+
+/// Every seed from 1 to 3.
+fn seeds(name: &str, thr: f64, queue: f64, settle: f64) {
+    for seed in 1..=3 {
+        meets(name, seed, thr, queue, settle);
+    }
+}
+
+// At the goal: the scenarios where the default meets every goal on seeds
+// 1 to 5 (`simulate --seeds 1-5 --policy default`).
+
+#[test]
+fn goal_fixed() {
+    seeds("fixed", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn goal_bimodal() {
+    seeds("bimodal", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn goal_random_errors() {
+    seeds("errors-2", 0.8, 1.0, 5.0);
+    seeds("errors-0.5", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn goal_queue_bound() {
+    seeds("queue-503", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn goal_many_small_hosts() {
+    seeds("tiny-400", 0.9, 1.0, 5.0);
+}
+
+// Below the goal, which the default misses there (the README gives the
+// figures): floors a little under what it does on seeds 1 to 5 today, so
+// that a change that makes it worse shows.
+
+#[test]
+fn floor_capacity_drop() {
+    seeds("drop", 0.85, 1.0, 5.0);
+}
+
+#[test]
+fn floor_heavy_tails() {
+    seeds("heavy-tail", 0.75, 1.0, 5.0);
+    seeds("lognormal", 0.6, 1.2, 5.0);
+}
+
+#[test]
+fn floor_drift() {
+    seeds("drift-up", 0.7, 1.0, 5.0);
+    seeds("drift-down", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn floor_retry_after() {
+    seeds("rate-limited", 0.85, 1.0, 5.0);
+    seeds("storm", 0.75, 1.0, 5.0);
+}
+
+#[test]
+fn floor_several_hosts() {
+    seeds("multi-host", 0.85, 1.0, 5.0);
+    seeds("three-hosts", 0.9, 1.2, 5.0);
+}
