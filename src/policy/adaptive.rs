@@ -222,7 +222,6 @@ impl Adaptive {
             event_errors: 0,
             event_pause: 0.0,
             answers_since_event: 0,
-            served_since_event: 0,
             err_hi: f64::INFINITY,
             err_ceiling: f64::INFINITY,
             delay: self.start_delay.max(self.min_delay),
@@ -604,8 +603,6 @@ struct Knee {
     event_errors: u64,
     event_pause: f64,
     answers_since_event: u64,
-    /// Successes since the last overload event.
-    served_since_event: u64,
     /// The level that failed, and the clean level below it.
     err_hi: f64,
     err_ceiling: f64,
@@ -921,7 +918,6 @@ impl Knee {
             return;
         }
         self.answers_since_event = self.answers_since_event.saturating_add(1);
-        self.served_since_event = self.served_since_event.saturating_add(1);
         if belongs == Belongs::Next {
             let next = &mut self.after;
             next.window.push(latency, n);
@@ -1019,28 +1015,25 @@ impl Knee {
 
     /// Startup met a queue: on to Cruise at the estimated knee.
     fn exit_startup(&mut self, c: f64, headroom: f64, test: &Test, at: f64, early: bool) {
-        {
-            self.weak_exit = test.df < 8.0;
-            self.knee = c;
-            self.headroom = headroom;
-            let before = self.clean.unwrap_or(1.0);
-            // Within the round, the answers so far were sent while the
-            // queue was building, and `Ĉ` is too high: back to the last
-            // clean level, and up from there as Cruise finds the knee.
-            let level = if early {
-                before
-            } else {
-                (c - headroom).max(before)
-            };
-            let level = level.min(self.level);
-            self.phase = Phase::Cruise;
-            self.base_due = at + BASE_INTERVAL;
-            self.step = self.min_step();
-            self.set_level(level, at);
-        }
+        self.weak_exit = test.df < 8.0;
+        self.knee = c;
+        self.headroom = headroom;
+        let before = self.clean.unwrap_or(1.0);
+        // Within the round, the answers so far were sent while the queue
+        // was building, and `Ĉ` is too high: back to the last clean level,
+        // and up from there as Cruise finds the knee.
+        let level = if early {
+            before
+        } else {
+            (c - headroom).max(before)
+        };
+        self.phase = Phase::Cruise;
+        self.base_due = at + BASE_INTERVAL;
+        self.step = self.min_step();
+        self.set_level(level.min(self.level), at);
     }
 
-    /// After each answer in Cruise: fast checks on the round, then the
+    /// After each answer in Cruise: fast checks on the latest answers, then the
     /// window's.
     fn cruise(&mut self, at: f64) {
         let testing = self.verify.is_some() || self.base_probe.is_some();
@@ -1455,13 +1448,10 @@ impl Knee {
         self.cusum = 0.0;
         self.errors = 0;
         self.answers = 0;
-        let served = self.served_since_event;
         self.last_event = at;
         self.event_errors = errors.max(1);
         self.event_pause = pause;
         self.answers_since_event = 0;
-        self.served_since_event = 0;
-        let _ = served;
         let level = self.level;
         self.batch = Some(Batch {
             level,
