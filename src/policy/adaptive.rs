@@ -703,16 +703,16 @@ impl Knee {
         }
         match &mut self.closed {
             Some(closed) if sent >= closed.at => {
-                self.after.counted += 1;
+                self.after.counted = self.after.counted.saturating_add(1);
                 Belongs::Next
             }
             Some(closed) => {
                 closed.left = closed.left.saturating_sub(1);
-                self.counted += 1;
+                self.counted = self.counted.saturating_add(1);
                 Belongs::Window
             }
             None => {
-                self.counted += 1;
+                self.counted = self.counted.saturating_add(1);
                 Belongs::Window
             }
         }
@@ -731,7 +731,7 @@ impl Knee {
             return done;
         }
         let out = (self.in_flight.saturating_sub(1) as u64).saturating_sub(self.old);
-        if ((self.counted + out) as f64) < want {
+        if (self.counted.saturating_add(out) as f64) < want {
             return false;
         }
         if out == 0 {
@@ -855,7 +855,7 @@ impl Knee {
             self.answers = 0;
         } else {
             self.errors += u64::from(overload);
-            self.answers += 1;
+            self.answers = self.answers.saturating_add(1);
         }
     }
 
@@ -873,7 +873,7 @@ impl Knee {
             self.bucket = 0;
             self.bucket_start = at;
         }
-        self.bucket += 1;
+        self.bucket = self.bucket.saturating_add(1);
     }
 
     /// The level served lately: the successes per second of the two
@@ -935,14 +935,14 @@ impl Knee {
             if self.above == 0 {
                 self.run = Acc::default();
             }
-            self.above += 1;
+            self.above = self.above.saturating_add(1);
             self.below = 0;
             self.run.push(latency, n);
         } else if latency < typical / FAST_FACTOR {
             if self.below == 0 {
                 self.run = Acc::default();
             }
-            self.below += 1;
+            self.below = self.below.saturating_add(1);
             self.above = 0;
             self.run.push(latency, n);
         } else {
@@ -1376,7 +1376,7 @@ impl Knee {
             self.step = self.min_step();
             self.set_level(top, at);
         } else {
-            self.at_top += 1;
+            self.at_top = self.at_top.saturating_add(1);
             self.reset_window(at);
             if self.knee.is_finite() && top == self.knee - self.headroom {
                 if self.at_top >= self.probe_every {
@@ -1404,9 +1404,9 @@ impl Knee {
             return;
         };
         if ok {
-            batch.ok += 1;
+            batch.ok = batch.ok.saturating_add(1);
         } else {
-            batch.refused += 1;
+            batch.refused = batch.refused.saturating_add(1);
         }
         let total = batch.ok + batch.refused;
         if batch.ok == 0 || total < MIN_BATCH {
@@ -1771,6 +1771,28 @@ mod tests {
         p.on_sample(&at(0.0, 1, 1.0));
         p.on_sample(&at(f64::NAN, 1, 1.0));
         assert_eq!(p.throttle(), before);
+    }
+
+    #[test]
+    fn counts_in_flight_up_to_usize_max_do_not_overflow() {
+        // Found by tests/hostile.rs in a debug build: a window's count plus
+        // usize::MAX - 1 still out overflowed.
+        // The sequence proptest shrank it to.
+        let mut p = Adaptive::default().make_policy(&SlotKey::new("t"));
+        let overload = || Sample::error(0.0, Outcome::Overload);
+        let served = |latency: f64, in_flight: usize| {
+            Sample::from_secs_f64(latency, StatusCode::CONTINUE).with_in_flight(in_flight)
+        };
+        let mut samples = vec![overload(), served(f64::MAX, 0)];
+        samples.extend((0..4).map(|_| served(0.0, 0)));
+        samples.extend((0..3).map(|_| overload()));
+        samples.push(served(0.0, 0));
+        samples.extend((0..2).map(|_| overload()));
+        samples.extend((0..2).map(|_| served(f64::MAX, 0)));
+        samples.push(served(f64::MAX, usize::MAX));
+        for sample in &samples {
+            assert!(p.on_sample(sample).concurrency() >= 1);
+        }
     }
 
     #[test]

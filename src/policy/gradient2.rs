@@ -121,6 +121,10 @@ impl Policy for Gradient2State {
             let factor = 2.0 / (c.long_window as f64 + 1.0);
             self.long = self.long * (1.0 - factor) + rtt * factor;
         }
+        if !self.long.is_finite() {
+            // Latencies near f64::MAX overflow the average; start it again.
+            self.long = rtt;
+        }
         if self.long / rtt > 2.0 {
             self.long *= 0.95;
         }
@@ -175,5 +179,19 @@ mod tests {
         // EMA: 1.0*(1 - 2/601) + 0.1*2/601, then * 0.95 as 9.97 > 2.
         let expected = (1.0 * (1.0 - 2.0 / 601.0) + 0.1 * 2.0 / 601.0) * 0.95;
         assert!((p.long - expected).abs() < 1e-12);
+    }
+
+    #[test]
+    fn latencies_near_f64_max_keep_a_limit_of_at_least_one() {
+        // Found by tests/hostile.rs: the average overflowed to infinity,
+        // and with a long window of 1 became inf * 0 = NaN, a limit of 0.
+        let mut p = Gradient2::default()
+            .min_concurrency(1)
+            .long_window(1)
+            .make_policy(&SlotKey::new("t"));
+        for _ in 0..20 {
+            assert!(p.on_sample(&ok(f64::MAX, 100)).concurrency() >= 1);
+        }
+        assert!(p.on_sample(&ok(0.1, 100)).concurrency() >= 1);
     }
 }

@@ -301,10 +301,14 @@ fn check_seconds(field: &'static str, secs: f64) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `x` within `[lo, hi]`, exactly as `clamp` computes it, but without its
-/// panic when the bounds are crossed or NaN (a policy made without
-/// [`MakePolicy::validate`]): `x` is then left as it is.
+/// `x` within `[lo, hi]`, as `clamp` computes it for any `x` that compares
+/// (a NaN `x`, which arithmetic on extreme samples can produce, gives
+/// `lo`), but without its panic when the bounds are crossed or NaN (a
+/// policy made without [`MakePolicy::validate`]): `x` is then left as it is.
 pub(crate) fn within<T: PartialOrd>(x: T, lo: T, hi: T) -> T {
+    if x.partial_cmp(&x).is_none() {
+        return lo;
+    }
     if lo
         .partial_cmp(&hi)
         .is_none_or(|o| o == std::cmp::Ordering::Greater)
@@ -317,5 +321,21 @@ pub(crate) fn within<T: PartialOrd>(x: T, lo: T, hi: T) -> T {
         hi
     } else {
         x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn within_clamps_and_never_panics() {
+        assert_eq!(within(5.0, 1.0, 3.0), 3.0);
+        assert_eq!(within(0.0, 1.0, 3.0), 1.0);
+        assert_eq!(within(2.0, 1.0, 3.0), 2.0);
+        assert_eq!(within(f64::NAN, 1.0, 3.0), 1.0);
+        // Crossed or NaN bounds leave x alone.
+        assert_eq!(within(2.0, 3.0, 1.0), 2.0);
+        assert_eq!(within(2.0, f64::NAN, 1.0), 2.0);
     }
 }
