@@ -193,7 +193,7 @@ impl Adaptive {
             counted: 0,
             old: 0,
             closed: None,
-            after: Next::default(),
+            after: None,
             in_flight: 0,
             above: 0,
             below: 0,
@@ -549,7 +549,7 @@ struct Knee {
     closed: Option<Closed>,
     /// Answers to requests sent after the window closed: the next window's
     /// if the level holds.
-    after: Next,
+    after: Option<Box<Next>>,
     /// Requests in flight at the latest answer (itself included).
     in_flight: usize,
     /// Answers in a row above twice, or below half, the reference's typical
@@ -574,9 +574,9 @@ struct Knee {
     /// next level, which keep the quick answers of a heavy tail and miss
     /// the slow ones. The first full window below the knee replaces it.
     provisional: bool,
-    verify: Option<Verify>,
+    verify: Option<Box<Verify>>,
     /// A window that showed a queue, waiting for the next to confirm it.
-    suspect: Option<Acc>,
+    suspect: Option<Box<Acc>>,
     /// The level to come back to while the no-load latency is re-measured
     /// at half of it, and when that is due next.
     base_probe: Option<f64>,
@@ -659,7 +659,7 @@ impl Knee {
         self.level_since = at;
         self.old = self.in_flight.saturating_sub(1) as u64;
         self.closed = None;
-        self.after = Next::default();
+        self.after = None;
         self.clear_window();
     }
 
@@ -681,7 +681,7 @@ impl Knee {
     fn reset_window(&mut self, at: f64) {
         match self.closed.take() {
             Some(closed) => {
-                let next = std::mem::take(&mut self.after);
+                let next = self.after.take().map_or_else(Next::default, |next| *next);
                 self.clear_window();
                 self.level_since = closed.at;
                 self.old = closed.left;
@@ -703,7 +703,8 @@ impl Knee {
         }
         match &mut self.closed {
             Some(closed) if sent >= closed.at => {
-                self.after.counted = self.after.counted.saturating_add(1);
+                let next = self.after.get_or_insert_with(Box::default);
+                next.counted = next.counted.saturating_add(1);
                 Belongs::Next
             }
             Some(closed) => {
@@ -919,7 +920,7 @@ impl Knee {
         }
         self.answers_since_event = self.answers_since_event.saturating_add(1);
         if belongs == Belongs::Next {
-            let next = &mut self.after;
+            let next = self.after.get_or_insert_with(Box::default);
             next.window.push(latency, n);
             next.max_in_flight = next.max_in_flight.max(in_flight);
             next.sends.add(sent);
@@ -1074,12 +1075,12 @@ impl Knee {
                 // Above it: the host got slower, or its capacity fell below
                 // half the level. Half of that again tells which.
                 self.base_probe = None;
-                self.verify = Some(Verify {
+                self.verify = Some(Box::new(Verify {
                     trigger: self.window,
                     level,
                     knee: self.knee,
                     deeper: Some(self.window),
-                });
+                }));
                 self.set_level(self.level / 2.0, at);
                 return;
             }
@@ -1095,7 +1096,7 @@ impl Knee {
             self.set_level(level, at);
             return;
         }
-        if let Some(v) = self.verify {
+        if let Some(v) = self.verify.as_deref().copied() {
             self.verify(v, at);
             return;
         }
@@ -1204,7 +1205,7 @@ impl Knee {
                         }
                     }
                     None => {
-                        self.suspect = Some(both);
+                        self.suspect = Some(Box::new(both));
                         self.reset_window(at);
                         return;
                     }
@@ -1234,12 +1235,12 @@ impl Knee {
     /// half, and verify.
     fn cut(&mut self, w: &Acc, test: &Test, at: f64) {
         let (c, headroom) = self.capacity(w, test);
-        self.verify = Some(Verify {
+        self.verify = Some(Box::new(Verify {
             trigger: *w,
             level: self.level,
             knee: self.knee,
             deeper: None,
-        });
+        }));
         self.knee = c;
         self.headroom = headroom;
         if self.probing {
@@ -1310,10 +1311,10 @@ impl Knee {
         if (moved - levels).abs() < moved.abs() {
             // It looks like drift, but the trigger may have caught a queue
             // still building: half the level tells for sure.
-            self.verify = Some(Verify {
+            self.verify = Some(Box::new(Verify {
                 deeper: Some(self.window),
                 ..v
-            });
+            }));
             self.set_level(self.level / 2.0, at);
             return;
         }
