@@ -4,7 +4,10 @@
 //! `redis-server` and starts one on a free port), or else start their own
 //! `redis-server` on a free port; the one that stops Redis mid-run always
 //! starts its own, as does the one that pauses Redis. Every test uses a
-//! fleet name of its own.
+//! fleet name of its own. On a machine where no Redis can be had (no
+//! `REDIS_URL` and no `redis-server` to start), each such test says on
+//! stderr that it is skipped and how to run it, and passes; with `CI` set
+//! (as `.ci/run` sets it) that is a failure instead.
 //!
 //! These run on the real clock, since the schedule is Redis's. Bounds are
 //! one-sided: a check that something waited at least so long cannot fail on
@@ -23,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::Scripted;
+use common::{skip, Scripted};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
@@ -46,6 +49,32 @@ fn fleet_name() -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Whether `test` can have a Redis: the one at `REDIS_URL`, or (`own`) one
+/// it starts itself. If not, says the test is skipped (see [`skip`]).
+fn redis_for(test: &str, own: bool) -> bool {
+    if !own && std::env::var_os("REDIS_URL").is_some() {
+        return true;
+    }
+    let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+    let runs = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !runs {
+        let why = if own {
+            format!("it starts its own Redis, and `{bin}` cannot be run")
+        } else {
+            format!("REDIS_URL is not set and `{bin}` cannot be run")
+        };
+        skip(
+            &format!("fleet::{test}"),
+            &why,
+            "install redis-server (apt-get install redis-server), or set REDIS_SERVER to one; .ci/run does",
+        );
+    }
+    runs
 }
 
 fn worker(fleet: Fleet, delay: Duration, limit: usize) -> AutoThrottleLayer {
@@ -80,6 +109,9 @@ async fn get(svc: &Svc, url: &str) -> StatusCode {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_workers_hold_one_spacing_and_one_limit() {
+    if !redis_for("four_workers_hold_one_spacing_and_one_limit", false) {
+        return;
+    }
     let redis = RedisServer::any().await;
     let host = site::host().await;
     let name = fleet_name();
@@ -119,6 +151,9 @@ async fn four_workers_hold_one_spacing_and_one_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_workers_place_comes_back_after_its_lease() {
+    if !redis_for("a_dead_workers_place_comes_back_after_its_lease", false) {
+        return;
+    }
     let redis = RedisServer::any().await;
     let host = site::host().await;
     let name = fleet_name();
@@ -150,6 +185,9 @@ async fn a_dead_workers_place_comes_back_after_its_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_on_one_worker_pauses_the_others() {
+    if !redis_for("a_429_on_one_worker_pauses_the_others", false) {
+        return;
+    }
     let redis = RedisServer::any().await;
     let host = site::host().await;
     let name = fleet_name();
@@ -176,6 +214,12 @@ async fn a_429_on_one_worker_pauses_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_go_on_alone_while_redis_is_down_and_share_again_after() {
+    if !redis_for(
+        "workers_go_on_alone_while_redis_is_down_and_share_again_after",
+        true,
+    ) {
+        return;
+    }
     let mut redis = RedisServer::start(None).await;
     let port = redis.port;
     let host = site::host().await;
@@ -250,6 +294,9 @@ fn bad_fleet_settings_are_typed_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_joins_obeys_what_the_fleet_learned() {
+    if !redis_for("a_worker_that_joins_obeys_what_the_fleet_learned", false) {
+        return;
+    }
     let redis = RedisServer::any().await;
     let host = site::host().await;
     let name = fleet_name();
@@ -277,6 +324,12 @@ async fn a_worker_that_joins_obeys_what_the_fleet_learned() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_given_up_during_its_reservation_leaves_no_place_behind() {
     // Its own Redis: pausing a shared one would hold up the other tests.
+    if !redis_for(
+        "a_request_given_up_during_its_reservation_leaves_no_place_behind",
+        true,
+    ) {
+        return;
+    }
     let redis = RedisServer::start(None).await;
     let host = site::host().await;
     let name = fleet_name();
