@@ -13,6 +13,14 @@
 //! to two more on its host and one on another host) until every page has
 //! been fetched. No internet is needed.
 //!
+//! It prints the site (each host's workers, service time and pages) and a
+//! legend, then every second a progress line and one row per host still
+//! being crawled: pages fetched of the host's total, the learned delay and
+//! concurrency beside the host's true workers, requests in flight and
+//! waiting at the throttle (the crawler's own backlog), and the smoothed
+//! latency. A host is reported once when it finishes. At the end: a table
+//! with the same columns and a paragraph reading it.
+//!
 //! | flag | meaning | default |
 //! |---|---|---|
 //! | `--urls FILE` | fetch the URLs in FILE (one a line, `-` for stdin) instead; no links are followed | |
@@ -201,19 +209,41 @@ async fn run(args: Args) -> Result<(), String> {
     };
     if !site_hosts.is_empty() && !args.quiet {
         let mut out = progress_out(args.json);
+        let _ = writeln!(
+            out,
+            "A local site of {} hosts, each a FIFO queue in front of its workers:",
+            site_hosts.len()
+        );
         for (site, addr) in &site_hosts {
             let _ = writeln!(
                 out,
-                "site {:<8} http://{addr}  workers {:>2}  service {:>3} ms",
-                site.name, site.workers, site.service_ms
+                "  {:<8} http://{addr}  {:>2} workers, {:>3} ms a page, {:>4} pages",
+                site.name,
+                site.workers,
+                site.service_ms,
+                site_pages(args.pages, site)
             );
         }
+        let _ = writeln!(out, "{LEGEND}");
     }
 
     let names: HashMap<String, &'static str> = site_hosts
         .iter()
         .map(|(site, addr)| (format!("http://{addr}"), site.name))
         .collect();
+    let known: HashMap<String, (usize, u64)> = site_hosts
+        .iter()
+        .map(|(site, addr)| {
+            let pages = site_pages(args.pages, site) as u64;
+            (format!("http://{addr}"), (site.workers, pages))
+        })
+        .collect();
+    // Rows in the site's order (by key for --urls).
+    let order: Vec<String> = site_hosts
+        .iter()
+        .map(|(_, addr)| format!("http://{addr}"))
+        .collect();
+    let mut finished: HashSet<String> = HashSet::new();
     let started = Instant::now();
     let (tx, mut rx) = mpsc::unbounded_channel::<(String, Result<(u16, Vec<String>), String>)>();
     let mut seen: HashSet<String> = HashSet::new();
@@ -266,7 +296,8 @@ async fn run(args: Args) -> Result<(), String> {
             }
             _ = ticker.tick() => {
                 if !args.quiet {
-                    print_progress(&mut progress_out(args.json), &throttle, &names, &pages_by_host, started.elapsed());
+                    let view = View { throttle: &throttle, names: &names, known: &known, order: &order, pages_by_host: &pages_by_host };
+                    view.progress(&mut progress_out(args.json), pages, args.pages, follow, &mut finished, started.elapsed());
                 }
             }
         }
@@ -309,20 +340,34 @@ async fn run(args: Args) -> Result<(), String> {
         let _ = writeln!(out, "statuses: {}", statuses.join(", "));
         let _ = writeln!(
             out,
-            "{:<8} {:<24} {:>6} {:>10} {:>5} {:>12}",
-            "site", "host", "pages", "delay ms", "conc", "latency ms"
+            "{:<8} {:<24} {:>6} {:>10} {:>5} {:>8} {:>12}",
+            "site", "host", "pages", "delay ms", "conc", "workers", "latency ms"
         );
-        for s in throttle.slots() {
+        let view = View {
+            throttle: &throttle,
+            names: &names,
+            known: &known,
+            order: &order,
+            pages_by_host: &pages_by_host,
+        };
+        for s in view.slots() {
+            let workers = known
+                .get(s.key.as_str())
+                .map_or("-".to_owned(), |(w, _)| w.to_string());
             let _ = writeln!(
                 out,
-                "{:<8} {:<24} {:>6} {:>10.1} {:>5} {:>12.1}",
+                "{:<8} {:<24} {:>6} {:>10.1} {:>5} {:>8} {:>12.1}",
                 names.get(s.key.as_str()).copied().unwrap_or(""),
                 s.key.as_str(),
                 pages_by_host.get(s.key.as_str()).copied().unwrap_or(0),
                 s.delay.as_secs_f64() * 1000.0,
                 s.concurrency,
-                s.last_latency.map_or(0.0, |l| l.as_secs_f64() * 1000.0),
+                workers,
+                s.latency.map_or(0.0, |l| l.as_secs_f64() * 1000.0),
             );
+        }
+        if !known.is_empty() {
+            let _ = writeln!(out, "\n{}", view.reading());
         }
     }
     Ok(())
@@ -393,27 +438,175 @@ fn progress_out(json: bool) -> Box<dyn Write> {
     }
 }
 
-fn print_progress(
-    out: &mut dyn Write,
-    throttle: &AutoThrottleLayer,
-    names: &HashMap<String, &'static str>,
-    pages_by_host: &HashMap<String, u64>,
-    elapsed: Duration,
-) {
-    let _ = writeln!(out, "-- {:>5.1} s", elapsed.as_secs_f64());
-    for s in throttle.slots() {
+/// What the live rows and the final table show.
+const LEGEND: &str = "\
+Every second, one row per host: pages fetched (of the host's total), the
+delay between two requests and the concurrency limit the throttle learned
+(beside the host's true workers: the limit should come near them, since
+more only queue at the server and fewer leave workers idle), requests in
+flight, requests waiting at the throttle for a place (the crawler's own
+backlog, held back so that the server does not queue them), and the
+smoothed latency. A host is reported once when it is finished.";
+
+/// `text` in lines of at most `width` characters (longer words alone).
+fn wrap(text: &str, width: usize) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines.join("\n")
+}
+
+/// The pages the local site gives `site`.
+fn site_pages(total_pages: usize, site: &Site) -> usize {
+    ((total_pages as f64 * site.share).round() as usize).max(1)
+}
+
+/// The throttle's slots, with what the demo knows of each host.
+struct View<'a> {
+    throttle: &'a AutoThrottleLayer,
+    names: &'a HashMap<String, &'static str>,
+    /// Workers and pages of each local host.
+    known: &'a HashMap<String, (usize, u64)>,
+    order: &'a [String],
+    pages_by_host: &'a HashMap<String, u64>,
+}
+
+impl View<'_> {
+    /// The slots, in the site's order (others after, by key).
+    fn slots(&self) -> Vec<tower_autothrottle::SlotSnapshot> {
+        let mut slots = self.throttle.slots();
+        let rank = |key: &str| {
+            self.order
+                .iter()
+                .position(|k| k == key)
+                .unwrap_or(usize::MAX)
+        };
+        slots.sort_by(|a, b| {
+            (rank(a.key.as_str()), a.key.as_str()).cmp(&(rank(b.key.as_str()), b.key.as_str()))
+        });
+        slots
+    }
+
+    fn done(&self, key: &str) -> u64 {
+        self.pages_by_host.get(key).copied().unwrap_or(0)
+    }
+
+    fn progress(
+        &self,
+        out: &mut dyn Write,
+        pages: u64,
+        total: usize,
+        follow: bool,
+        finished: &mut HashSet<String>,
+        elapsed: Duration,
+    ) {
+        let slots = self.slots();
+        let in_flight: usize = slots.iter().map(|s| s.in_flight).sum();
+        let waiting: usize = slots.iter().map(|s| s.queued).sum();
+        let of = if follow {
+            format!(" of {total}")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "   {:<8} {:<24} pages {:>5}  delay {:>8.1} ms  conc {:>2}  in flight {:>2}  queued {:>5}  latency {:>7.1} ms",
-            names.get(s.key.as_str()).copied().unwrap_or(""),
-            s.key.as_str(),
-            pages_by_host.get(s.key.as_str()).copied().unwrap_or(0),
-            s.delay.as_secs_f64() * 1000.0,
-            s.concurrency,
-            s.in_flight,
-            s.queued,
-            s.last_latency.map_or(0.0, |l| l.as_secs_f64() * 1000.0),
+            "-- {:>5.1} s: {pages}{of} pages, {in_flight} in flight, {waiting} waiting at the throttle",
+            elapsed.as_secs_f64()
         );
+        for s in slots {
+            let key = s.key.as_str();
+            let name = self.names.get(key).copied().unwrap_or("");
+            let done = self.done(key);
+            let known = self.known.get(key).copied();
+            let complete =
+                known.is_some_and(|(_, pages)| done >= pages) && s.in_flight == 0 && s.queued == 0;
+            if complete {
+                if finished.insert(key.to_owned()) {
+                    let _ = writeln!(
+                        out,
+                        "   {name:<8} {key:<24} finished: {done} pages; left at delay {:.1} ms, conc {}",
+                        s.delay.as_secs_f64() * 1000.0,
+                        s.concurrency
+                    );
+                }
+                continue;
+            }
+            let (workers, pages) = known.map_or(("-".to_owned(), String::new()), |(w, p)| {
+                (w.to_string(), format!("/{p}"))
+            });
+            let _ = writeln!(
+                out,
+                "   {name:<8} {key:<24} pages {done:>5}{pages:<6} delay {:>7.1} ms  conc {:>2} (workers {workers:>2})  in flight {:>2}  waiting {:>4}  latency {:>6.1} ms",
+                s.delay.as_secs_f64() * 1000.0,
+                s.concurrency,
+                s.in_flight,
+                s.queued,
+                s.latency.map_or(0.0, |l| l.as_secs_f64() * 1000.0),
+            );
+        }
+    }
+
+    /// A paragraph reading the final table.
+    fn reading(&self) -> String {
+        let mut near = Vec::new();
+        let mut below = Vec::new();
+        let mut above = Vec::new();
+        for s in self.slots() {
+            let Some((workers, _)) = self.known.get(s.key.as_str()).copied() else {
+                continue;
+            };
+            let name = self.names.get(s.key.as_str()).copied().unwrap_or("?");
+            let entry = format!("{name} ({} for {workers})", s.concurrency);
+            let slack = (workers / 4).max(1);
+            if s.concurrency + slack < workers {
+                below.push(entry);
+            } else if s.concurrency > workers + slack {
+                above.push(entry);
+            } else {
+                near.push(entry);
+            }
+        }
+        let mut text = String::from(
+            "Reading: each host's limit is what the throttle learned from latency alone; \
+             it never saw the workers column.",
+        );
+        if !near.is_empty() {
+            text.push_str(&format!(
+                " Within one request (or a quarter) of their capacity: {}.",
+                near.join(", ")
+            ));
+        }
+        if !below.is_empty() {
+            text.push_str(&format!(
+                " Below it: {}; a host whose pages ran out while the throttle was still \
+                 growing, or one whose latency rose early (each request then waits a whole \
+                 service time), stops short, and a longer crawl (--pages) lets it reach more.",
+                below.join(", ")
+            ));
+        }
+        if !above.is_empty() {
+            text.push_str(&format!(
+                " Above it: {}; the extra requests wait in the server's queue, which the \
+                 limit allows while the latency it adds stays within the host's noise.",
+                above.join(", ")
+            ));
+        }
+        text.push_str(
+            " The delay spaces requests so that a host gets about its limit in flight \
+             over one latency; 0 means the limit alone holds it back.",
+        );
+        wrap(&text, 76)
     }
 }
 
