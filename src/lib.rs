@@ -146,6 +146,9 @@ pub mod redis;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
+#[cfg(feature = "retry")]
+#[cfg_attr(docsrs, doc(cfg(feature = "retry")))]
+pub mod retry;
 
 pub use body::ThrottleBody;
 #[cfg(feature = "serde")]
