@@ -9,8 +9,9 @@ use tower_layer::Layer;
 use crate::config::{Config, SlotSettings, Target};
 use crate::error::ConfigError;
 use crate::key::SlotKey;
+use crate::place::Place;
 use crate::service::AutoThrottle;
-use crate::shared::Shared;
+use crate::shared::{Shared, Start};
 use crate::slot::SlotSnapshot;
 
 /// Applies [`AutoThrottle`] to services.
@@ -90,13 +91,58 @@ impl AutoThrottleLayer {
     /// # }
     /// ```
     pub async fn key_for<B>(&self, request: &http::Request<B>) -> SlotKey {
+        self.shared.key_for(&head(request)).await
+    }
+
+    /// Waits for a place in the slot `request` goes to, keyed as the layer
+    /// keys it (its [`DownloadSlot`](crate::DownloadSlot), the key function,
+    /// the [`KeyStrategy`](crate::KeyStrategy)), for a client outside tower:
+    /// see [`Place`]. It waits as a request through the layer would (behind
+    /// the requests already queued in the slot, for its delay, limit and
+    /// any pause, and for [`max_pending`](crate::ConfigBuilder::max_pending)),
+    /// and shares the slots with every service of this layer. Dropping the
+    /// future leaves the queue.
+    ///
+    /// ```
+    /// use http::{HeaderMap, Request, StatusCode};
+    /// use tower_autothrottle::{AutoThrottleLayer, Config};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let throttle = AutoThrottleLayer::new(Config::default());
+    /// let request = Request::get("https://example.com/").body(()).unwrap();
+    /// let place = throttle.acquire(&request).await;
+    /// // ... send it with any client ...
+    /// place.report(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new());
+    /// assert_eq!(throttle.slot("https://example.com").unwrap().overloads, 1);
+    /// # }
+    /// ```
+    pub async fn acquire<B>(&self, request: &http::Request<B>) -> Place {
+        let parts = head(request);
+        Place::acquire(Arc::clone(&self.shared), |shared| {
+            shared.start(&parts, None)
+        })
+        .await
+    }
+
+    /// [`acquire`](Self::acquire) for a request to `uri` (a GET with no
+    /// headers or extensions).
+    pub async fn acquire_uri(&self, uri: &http::Uri) -> Place {
         let (mut parts, ()) = http::Request::new(()).into_parts();
-        parts.method = request.method().clone();
-        parts.uri = request.uri().clone();
-        parts.version = request.version();
-        parts.headers = request.headers().clone();
-        parts.extensions = request.extensions().clone();
-        self.shared.key_for(&parts).await
+        parts.uri = uri.clone();
+        Place::acquire(Arc::clone(&self.shared), |shared| {
+            shared.start(&parts, None)
+        })
+        .await
+    }
+
+    /// [`acquire`](Self::acquire) in the slot `key` names, whatever the
+    /// key function or strategy would choose.
+    pub async fn acquire_key(&self, key: SlotKey) -> Place {
+        Place::acquire(Arc::clone(&self.shared), |shared| {
+            Start::Queued(shared.enqueue(key))
+        })
+        .await
     }
 
     /// Sets a floor under the delay of the slot `pattern` names (an exact
@@ -207,4 +253,15 @@ impl fmt::Debug for AutoThrottleLayer {
             .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
+}
+
+/// A copy of `request`'s head, for keying.
+fn head<B>(request: &http::Request<B>) -> http::request::Parts {
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = request.method().clone();
+    parts.uri = request.uri().clone();
+    parts.version = request.version();
+    parts.headers = request.headers().clone();
+    parts.extensions = request.extensions().clone();
+    parts
 }

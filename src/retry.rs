@@ -13,9 +13,10 @@
 //!   changes the set);
 //! - failures to reach the server: an error whose chain holds an
 //!   [`std::io::Error`] of a connection kind (refused, reset, aborted, not
-//!   connected, broken pipe, unexpected end, timed out), or tower's
-//!   timeout [`Elapsed`](tower::timeout::error::Elapsed) ([`errors`] changes
-//!   the test);
+//!   connected, broken pipe, unexpected end, timed out), or a timeout
+//!   (tower's or tokio's `Elapsed`): what
+//!   [`classify_error`](crate::classify_error) counts as an overload
+//!   ([`errors`] changes the test);
 //! - only for the idempotent methods of RFC 9110 (GET, HEAD, OPTIONS, TRACE,
 //!   PUT, DELETE; [`methods`] and [`any_method`] allow more);
 //! - within a retry budget shared by every clone of the policy: tower's
@@ -57,7 +58,6 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Ready;
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -65,6 +65,7 @@ use http::{Method, Request, Response, StatusCode};
 use tower::retry::budget::{Budget, TpsBudget};
 use tower::retry::Policy;
 
+use crate::policy::Outcome;
 use crate::BoxError;
 
 /// Which errors to retry: the default, [`connection_failure`].
@@ -186,34 +187,14 @@ impl RetryPolicy {
     }
 }
 
-/// Whether `error` is a failure to reach the server or to hear from it: an
-/// [`io::Error`] of a connection kind anywhere in its chain (as hyper-util's
-/// client reports a refused or reset connection), or tower's timeout
-/// [`Elapsed`](tower::timeout::error::Elapsed).
+/// Whether `error` is a failure to reach the server or to hear from it:
+/// what [`classify_error`](crate::classify_error) counts as an overload (a
+/// connection refused, reset, aborted or closed mid-response, or a timeout,
+/// anywhere in the error's chain, as hyper-util's client and tower's
+/// `Timeout` report them).
 #[must_use]
 pub fn connection_failure(error: &(dyn StdError + 'static)) -> bool {
-    let mut next = Some(error);
-    while let Some(error) = next {
-        if error.is::<tower::timeout::error::Elapsed>() {
-            return true;
-        }
-        if let Some(io) = error.downcast_ref::<io::Error>() {
-            if matches!(
-                io.kind(),
-                io::ErrorKind::ConnectionRefused
-                    | io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::NotConnected
-                    | io::ErrorKind::BrokenPipe
-                    | io::ErrorKind::UnexpectedEof
-                    | io::ErrorKind::TimedOut
-            ) {
-                return true;
-            }
-        }
-        next = error.source();
-    }
-    false
+    crate::classify_error(error) == Outcome::Overload
 }
 
 impl<B, Res> Policy<Request<B>, Response<Res>, BoxError> for RetryPolicy
@@ -265,6 +246,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
 
     fn get() -> Request<String> {
         Request::get("http://example.com/a")

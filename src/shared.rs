@@ -206,9 +206,9 @@ impl Shared {
     }
 
     /// Waits until a request started with `start` is admitted: the gate as an
-    /// `async fn`, for callers that are not a hand-written future. Dropping it
-    /// at any await point leaves the queue.
-    #[cfg(feature = "reqwest")]
+    /// `async fn`, for callers that are not a hand-written future (the
+    /// reqwest middleware, [`Place`](crate::place::Place)). Dropping it at
+    /// any await point leaves the queue.
     pub(crate) async fn admit(
         &self,
         start: Start,

@@ -10,7 +10,7 @@ mod site;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::Scripted;
+use common::scripted_layer;
 use http::{Method, Request, StatusCode};
 use http_body_util::Empty;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -18,16 +18,13 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_autothrottle::retry::RetryPolicy;
-use tower_autothrottle::{AutoThrottleLayer, Config};
+use tower_autothrottle::AutoThrottleLayer;
 
 type Body = Empty<Bytes>;
 
+/// A layer whose slots hold 10 ms and 4.
 fn throttle() -> AutoThrottleLayer {
-    let config = Config::builder()
-        .policy(Scripted::new(Duration::from_millis(10), 4))
-        .build()
-        .unwrap();
-    AutoThrottleLayer::new(config)
+    scripted_layer(Duration::from_millis(10), 4).0
 }
 
 fn client() -> Client<HttpConnector, Body> {
