@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tower_layer::Layer;
 
 use crate::config::{Config, SlotSettings, Target};
@@ -12,7 +13,7 @@ use crate::key::SlotKey;
 use crate::place::Place;
 use crate::service::AutoThrottle;
 use crate::shared::{Shared, Start};
-use crate::slot::SlotSnapshot;
+use crate::slot::{Learned, SlotSnapshot, Warm};
 
 /// Applies [`AutoThrottle`] to services.
 ///
@@ -92,6 +93,65 @@ impl AutoThrottleLayer {
     /// ```
     pub async fn key_for<B>(&self, request: &http::Request<B>) -> SlotKey {
         self.shared.key_for(&head(request)).await
+    }
+
+    /// What every slot learned (its policy's delay and limit, its smoothed
+    /// latency, what is left of a pause the server asked for), sorted by
+    /// key: to save (with the `serde` feature, in any serde format) and
+    /// [`import`](Self::import) into the layer of a later run, so that it
+    /// starts where this one stopped instead of from scratch.
+    #[must_use]
+    pub fn export(&self) -> Vec<Learned> {
+        self.shared.table.learned(Instant::now())
+    }
+
+    /// Starts slots from what an earlier layer learned (see
+    /// [`export`](Self::export)): each slot named is made if needed, its
+    /// policy starts from the learned delay and limit as far as the policy
+    /// can (see [`Policy::warm`](crate::policy::Policy::warm); the default
+    /// policy restarts its growth from half the learned limit, the replicas
+    /// take the delay or limit they keep), and a pause still running then
+    /// runs again in full from now (capped by `max_retry_after`), since the
+    /// time between the runs is unknown. Meant for a fresh layer; on a slot
+    /// in use it binds the next dispatch. Returns how many slots it warmed.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the field, if any entry is invalid (a key
+    /// that is no slot key, a negative or non-finite number, a limit of 0);
+    /// then no slot is changed.
+    ///
+    /// ```
+    /// use tower_autothrottle::{AutoThrottleLayer, Config, Learned};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let learned = vec![Learned {
+    ///     key: "https://example.com".into(),
+    ///     delay_secs: 0.25,
+    ///     concurrency: 8,
+    ///     latency_secs: Some(0.5),
+    ///     paused_secs: None,
+    /// }];
+    /// let layer = AutoThrottleLayer::new(Config::default());
+    /// assert_eq!(layer.import(learned).unwrap(), 1);
+    /// let slot = layer.slot("https://example.com").unwrap();
+    /// assert_eq!(slot.concurrency, 4); // the default restarts from half
+    /// # }
+    /// ```
+    pub fn import(&self, learned: impl IntoIterator<Item = Learned>) -> Result<usize, ConfigError> {
+        let max = self.shared.config.max_retry_after;
+        let warm = learned
+            .into_iter()
+            .map(|l| l.check(max))
+            .collect::<Result<Vec<Warm>, ConfigError>>()?;
+        let now = Instant::now();
+        for w in &warm {
+            self.shared
+                .table
+                .with_slot(w.key.clone(), |slot| slot.warm(now, w));
+        }
+        Ok(warm.len())
     }
 
     /// Waits for a place in the slot `request` goes to, keyed as the layer

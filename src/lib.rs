@@ -165,7 +165,7 @@ pub use place::Place;
 pub use service::AutoThrottle;
 pub use signals::headers;
 pub use signals::{classify_error, ErrorClassifier};
-pub use slot::SlotSnapshot;
+pub use slot::{Learned, SlotSnapshot};
 
 // The README's examples use every feature: `cargo test --all-features`.
 #[cfg(all(

@@ -21,9 +21,9 @@ use proptest::prelude::*;
 use tower::{Layer, ServiceExt};
 use tower_autothrottle::policy::{
     Adaptive, Aimd, Bounded, Gradient2, MakePolicy, Outcome, Policy, Sample, Scrapy, Scrapy2012,
-    Vegas,
+    Throttle, Vegas,
 };
-use tower_autothrottle::{AutoThrottleLayer, Config, KeyStrategy, SlotKey, SlotSettings};
+use tower_autothrottle::{AutoThrottleLayer, Config, KeyStrategy, Learned, SlotKey, SlotSettings};
 
 /// Durations from zero to `Duration::MAX`, the ends and the usual.
 fn duration() -> impl Strategy<Value = Duration> {
@@ -207,6 +207,43 @@ proptest! {
             let b = bounded.on_sample(sample);
             prop_assert!(b.concurrency() >= 1);
         }
+    }
+
+    /// Any policy warmed with anything, then imported through a layer:
+    /// no panic; an import either fails with a typed error and changes
+    /// nothing, or warms a slot that allows at least one request.
+    #[test]
+    fn warm_starts_take_anything(
+        policy in any_policy(),
+        key in key_text(),
+        delay in seconds(),
+        concurrency in count(),
+        latency in proptest::option::of(seconds()),
+        paused in proptest::option::of(seconds()),
+    ) {
+        let valid = policy.validate().is_ok();
+        let mut state = policy.make_policy(&SlotKey::new("t"));
+        state.warm(Throttle::new(delay, concurrency), latency);
+        if valid {
+            prop_assert!(state.throttle().concurrency() >= 1, "{policy:?}");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        rt.block_on(async {
+            let layer = AutoThrottleLayer::new(Config::default());
+            let learned = Learned { key, delay_secs: delay, concurrency, latency_secs: latency, paused_secs: paused };
+            match layer.import([learned.clone()]) {
+                Ok(n) => {
+                    prop_assert_eq!(n, 1);
+                    let slots = layer.slots();
+                    prop_assert_eq!(slots.len(), 1);
+                    prop_assert!(slots[0].concurrency >= 1);
+                    let again = layer.export();
+                    prop_assert_eq!(again.len(), 1);
+                }
+                Err(_) => prop_assert!(layer.slots().is_empty()),
+            }
+            Ok(())
+        })?;
     }
 
     /// Any text as a key: no panic; normalizing twice changes nothing; a

@@ -1525,6 +1525,21 @@ impl Policy for Knee {
         Throttle::new(self.delay, self.limit())
     }
 
+    /// Starts Startup from half the learned limit, and the learned delay,
+    /// instead of `initial_concurrency` and `start_delay`; Startup then
+    /// measures the no-load latency there and grows back to the knee in a
+    /// few round trips. Half, because the reference is measured at the
+    /// first level: if the host's capacity fell since, a start at the old
+    /// limit would take its queue for no load, and never see it.
+    fn warm(&mut self, learned: Throttle, _latency: Option<f64>) {
+        let level = (learned.concurrency() / 2).max(1) as f64;
+        self.level = within(level, 1.0, self.max_level());
+        let delay = learned.delay_secs();
+        if !delay.is_nan() {
+            self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+        }
+    }
+
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let latency = sample.latency_secs();
         let overload = sample.outcome() == Outcome::Overload;

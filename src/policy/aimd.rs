@@ -74,6 +74,12 @@ impl Policy for AimdState {
         Throttle::new(self.config.min_delay, self.limit)
     }
 
+    /// Takes the limit.
+    fn warm(&mut self, learned: Throttle, _latency: Option<f64>) {
+        let c = &self.config;
+        self.limit = within(learned.concurrency(), c.min_concurrency, c.max_concurrency);
+    }
+
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let c = &self.config;
         let drop = match sample.outcome() {

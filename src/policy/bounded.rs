@@ -98,6 +98,10 @@ impl Policy for Bounded {
     fn owns_overload(&self) -> bool {
         self.inner.owns_overload()
     }
+
+    fn warm(&mut self, learned: Throttle, latency: Option<f64>) {
+        self.inner.warm(learned, latency);
+    }
 }
 
 #[cfg(test)]

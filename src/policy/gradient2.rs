@@ -98,6 +98,13 @@ impl Policy for Gradient2State {
         Throttle::new(self.config.min_delay, self.limit as usize)
     }
 
+    /// Takes the limit (the long-term latency is measured again).
+    fn warm(&mut self, learned: Throttle, _latency: Option<f64>) {
+        let c = &self.config;
+        let (min, max) = (c.min_concurrency as f64, c.max_concurrency as f64);
+        self.limit = within(learned.concurrency() as f64, min, max);
+    }
+
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let c = &self.config;
         let (min, max) = (c.min_concurrency as f64, c.max_concurrency as f64);

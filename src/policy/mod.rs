@@ -296,6 +296,18 @@ pub trait Policy: fmt::Debug + Send + 'static {
     fn owns_overload(&self) -> bool {
         false
     }
+
+    /// Starts from what an earlier run learned, for a warm start (see
+    /// [`AutoThrottleLayer::import`](crate::AutoThrottleLayer::import)):
+    /// `learned` is the delay and limit the policy allowed then, `latency`
+    /// the slot's smoothed latency (seconds), if known. Called on a fresh
+    /// policy, before any sample. A policy takes what it can use, within
+    /// its own bounds (values outside them are clamped, not-a-number ones
+    /// ignored), and keeps learning from there. The default takes nothing:
+    /// the policy starts cold.
+    fn warm(&mut self, learned: Throttle, latency: Option<f64>) {
+        let _ = (learned, latency);
+    }
 }
 
 /// Makes the policy of each new slot; this is what a [`Config`](crate::Config)

@@ -74,6 +74,15 @@ impl Policy for ScrapyState {
         Throttle::new(self.delay, self.config.max_concurrency)
     }
 
+    /// Takes the delay (its limit is the fixed `max_concurrency`).
+    fn warm(&mut self, learned: Throttle, _latency: Option<f64>) {
+        let c = &self.config;
+        let delay = learned.delay_secs();
+        if !delay.is_nan() {
+            self.delay = delay.max(c.min_delay).min(c.max_delay);
+        }
+    }
+
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let c = &self.config;
         if let Some(status) = sample.status() {

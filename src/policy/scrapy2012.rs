@@ -148,6 +148,19 @@ impl Policy for Scrapy2012State {
         Throttle::new(self.delay, self.concurrency)
     }
 
+    /// Takes the delay and the concurrency; the first window of latencies
+    /// starts from that delay, as a fresh one starts from `start_delay`.
+    fn warm(&mut self, learned: Throttle, _latency: Option<f64>) {
+        let delay = learned.delay_secs();
+        if delay.is_finite() && delay >= 0.0 {
+            self.delay = delay;
+            self.window.clear();
+            self.window.push(delay);
+            self.previous = (delay, 0.0);
+        }
+        self.concurrency = learned.concurrency().clamp(1, self.max_concurrency);
+    }
+
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let latency = sample.latency_secs();
         // The original sees responses only (download errors never reach

@@ -94,6 +94,12 @@ impl Policy for VegasState {
         Throttle::new(self.config.min_delay, self.limit as usize)
     }
 
+    /// Takes the limit (the no-load latency is measured again).
+    fn warm(&mut self, learned: Throttle, _latency: Option<f64>) {
+        let max = self.config.max_concurrency.max(1);
+        self.limit = learned.concurrency().clamp(1, max) as f64;
+    }
+
     fn on_sample(&mut self, sample: &Sample) -> Throttle {
         let rtt = sample.latency_secs();
         let drop = match sample.outcome() {

@@ -29,9 +29,12 @@ use crate::policy::{Outcome, Policy, Sample, Throttle};
 use crate::signals::{Ended, Signals};
 
 pub(crate) mod gate;
+mod learned;
 mod snapshot;
 mod table;
 
+pub use learned::Learned;
+pub(crate) use learned::Warm;
 pub use snapshot::SlotSnapshot;
 pub(crate) use table::SlotTable;
 

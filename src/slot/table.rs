@@ -8,7 +8,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::time::Instant;
 
-use super::{Slot, SlotSnapshot};
+use super::{Learned, Slot, SlotSnapshot};
 use crate::config::{Overrides, Target};
 use crate::key::SlotKey;
 use crate::policy::{MakePolicy, Policy};
@@ -249,6 +249,14 @@ impl SlotTable {
         // Clone the Arc out first so no shard lock is held while locking the slot.
         let slot = self.slots.get(key).map(|s| Arc::clone(&s))?;
         Some(slot.snapshot())
+    }
+
+    /// What every slot learned, sorted by key.
+    pub(crate) fn learned(&self, now: Instant) -> Vec<Learned> {
+        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|s| Arc::clone(&s)).collect();
+        let mut out: Vec<Learned> = slots.iter().map(|s| s.learned(now)).collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
     }
 
     pub(crate) fn snapshots(&self) -> Vec<SlotSnapshot> {
