@@ -503,7 +503,7 @@ fn goal_many_small_hosts() {
     seeds("tiny-400", 0.9, 1.0, 5.0);
 }
 
-// Below the goal, which the default misses there (the README gives the
+// Below the goal, which the default misses there (BENCHMARKS.md gives the
 // figures): floors a little under what it does on seeds 1 to 5 today, so
 // that a change that makes it worse shows.
 
