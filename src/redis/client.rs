@@ -62,18 +62,37 @@ enum Reply {
     Full,
 }
 
+/// A worker id no other worker has: 128 random bits (the standard
+/// library's hasher keys, drawn from the OS's randomness once per process
+/// and stepped for each hasher), mixed with the time and a counter of this
+/// process. The pid alone is not enough: in containers it is usually 1.
+fn worker_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let mut halves = [0u64; 2];
+    for half in &mut halves {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u128(nanos);
+        hasher.write_u64(made);
+        hasher.write_u32(std::process::id());
+        *half = hasher.finish();
+    }
+    format!("{:016x}{:016x}", halves[0], halves[1])
+}
+
 impl Inner {
     fn new(fleet: Fleet, client: redis::Client) -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
         Inner {
             fleet,
             client,
             conn: OnceCell::new(),
             down_until: Mutex::new(None),
             down: AtomicBool::new(false),
-            worker: format!("{:x}-{seed:x}", std::process::id()),
+            worker: worker_id(),
             next_lease: AtomicU64::new(0),
             reserve: Script::new(RESERVE),
             release: Script::new(RELEASE),
@@ -332,5 +351,19 @@ impl fmt::Debug for RedisFleet {
             .field("worker", &self.0.worker)
             .field("down", &self.0.down.load(Ordering::Relaxed))
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::worker_id;
+
+    #[test]
+    fn worker_ids_are_128_random_bits_and_differ() {
+        let ids: std::collections::HashSet<String> = (0..1000).map(|_| worker_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids
+            .iter()
+            .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())));
     }
 }
