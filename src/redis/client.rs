@@ -62,6 +62,37 @@ enum Reply {
     Full,
 }
 
+/// Whether the server that answered `INFO` with `info` can hold a fleet:
+/// Redis 5.0 or later, not a cluster (see the module docs). A server that
+/// does not say is given the benefit of the doubt.
+fn supported(info: &str) -> Result<(), String> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    if let Some(version) = field("redis_version") {
+        let major = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse::<u32>().ok());
+        if major.is_some_and(|major| major < 5) {
+            return Err(format!(
+                "Redis {version} is too old for a fleet: it needs 5.0 or later \
+                 (its scripts read TIME before writing)"
+            ));
+        }
+    }
+    if field("cluster_enabled") == Some("1") {
+        return Err(
+            "Redis Cluster is not supported for a fleet: the worker's connection \
+                    talks to one node; use a single Redis (replicas are fine)"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// A worker id no other worker has: 128 random bits (the standard
 /// library's hasher keys, drawn from the OS's randomness once per process
 /// and stepped for each hasher), mixed with the time and a counter of this
@@ -119,7 +150,20 @@ impl Inner {
             .set_response_timeout(Some(self.fleet.timeout))
             .set_number_of_retries(1);
         self.conn
-            .get_or_try_init(|| ConnectionManager::new_with_config(self.client.clone(), config))
+            .get_or_try_init(|| async {
+                let mut manager =
+                    ConnectionManager::new_with_config(self.client.clone(), config).await?;
+                let info: String = redis::cmd("INFO").query_async(&mut manager).await?;
+                if let Err(why) = supported(&info) {
+                    tracing::error!(fleet = %self.fleet.name, "{why}");
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "unsupported Redis",
+                        why,
+                    )));
+                }
+                Ok(manager)
+            })
             .await
             .cloned()
     }
@@ -356,7 +400,27 @@ impl fmt::Debug for RedisFleet {
 
 #[cfg(test)]
 mod tests {
-    use super::worker_id;
+    use super::{supported, worker_id};
+
+    #[test]
+    fn redis_5_and_later_on_one_node_are_supported() {
+        let info = |version: &str, cluster: &str| {
+            format!(
+                "# Server\r\nredis_version:{version}\r\nredis_mode:standalone\r\n\
+                 # Cluster\r\ncluster_enabled:{cluster}\r\n"
+            )
+        };
+        assert!(supported(&info("7.2.4", "0")).is_ok());
+        assert!(supported(&info("5.0.0", "0")).is_ok());
+        assert!(supported(&info("4.0.9", "0"))
+            .unwrap_err()
+            .contains("5.0 or later"));
+        assert!(supported(&info("7.2.4", "1"))
+            .unwrap_err()
+            .contains("Cluster"));
+        // A server that does not say is not refused.
+        assert!(supported("# Server\r\nsome_other:1\r\n").is_ok());
+    }
 
     #[test]
     fn worker_ids_are_128_random_bits_and_differ() {

@@ -70,8 +70,14 @@
 //! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `pause`: no dispatch before this, µs; `w:WORKER`: `delay_us:limit:at_us`, what that worker learned last |
 //! | `autothrottle:{F:K}:leases` | sorted set | one member per place in use, scored by its expiry (µs) |
 //!
-//! Both keys share a hash tag, so they live on one node of a Redis Cluster.
-//! Every reservation sets both to expire after [`Fleet::idle_ttl`] (a pause
+//! Both keys share a hash tag, so they would live on one node of a Redis
+//! Cluster; but the connection talks to one node, so a cluster is refused
+//! at connect, as is a Redis older than 5.0 (the scripts read `TIME` before
+//! they write, which needs the script effects replication 5.0 brought): the
+//! worker then logs why at `error` level and throttles alone (or waits,
+//! with [`Fleet::fail_closed`]), as when Redis is unreachable. Any Redis
+//! from 5.0 on, or a Redis-compatible server that reports such a
+//! `redis_version` in `INFO`, works. Every reservation sets both to expire after [`Fleet::idle_ttl`] (a pause
 //! keeps them at least that long after its end), so idle slots vanish from
 //! Redis on their own.
 //!
