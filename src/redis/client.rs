@@ -303,8 +303,28 @@ impl Inner {
                 .arg(limit)
                 .arg(inner.ttl_ms())
                 .arg(&inner.worker);
-            if let Err(error) = inner.invoke::<i64>(&call).await {
-                inner.failed(&format!("giving a place back: {error}"));
+            // A failed release does not make the worker throttle alone
+            // (its reservations say whether Redis is there): it is tried
+            // twice more, and if those fail too the place expires with its
+            // lease, holding the fleet's limit until then.
+            let mut wait = Duration::from_millis(50);
+            for attempt in 0..3 {
+                match inner.invoke::<i64>(&call).await {
+                    Ok(_) => return,
+                    Err(error) if attempt == 2 => {
+                        tracing::warn!(
+                            fleet = %inner.fleet.name,
+                            slot = %key,
+                            %error,
+                            "a place could not be given back; it expires with its lease ({:?})",
+                            inner.fleet.lease,
+                        );
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(wait).await;
+                        wait *= 4;
+                    }
+                }
             }
         });
     }

@@ -52,14 +52,15 @@
 //!
 //! # Faults
 //!
-//! A Redis call that fails or takes longer than [`Fleet::timeout`] makes the
-//! worker throttle on its own (its local slots keep working as without a
+//! A reservation or a shared pause that fails or takes longer than
+//! [`Fleet::timeout`] makes the worker throttle on its own (its local slots keep working as without a
 //! fleet), with a `tracing` warning, for [`Fleet::retry_interval`]; then the
 //! next request tries Redis again, and sharing resumes as soon as it
 //! answers (the connection reconnects in the background). With
-//! [`Fleet::fail_closed`], requests wait for Redis instead. Nothing panics,
-//! and a place that cannot be given back (Redis down, or the worker gone)
-//! expires with its lease.
+//! [`Fleet::fail_closed`], requests wait for Redis instead. Giving a place
+//! back is tried three times (50 ms and 200 ms apart) and does not by itself
+//! make the worker throttle alone; a place that cannot be given back (Redis
+//! down, or the worker gone) expires with its lease. Nothing panics.
 //!
 //! # Data layout
 //!
