@@ -159,14 +159,23 @@ async fn a_dead_workers_place_comes_back_after_its_lease() {
     let name = fleet_name();
     let lease = Duration::from_secs(1);
     let fleet = || Fleet::new(redis.url(), &name).lease(lease);
-    // Worker A takes the only place and dies holding it: its response body
-    // is never dropped, its connections and throttle are gone.
-    {
-        let a = client(&worker(fleet(), Duration::ZERO, 1));
-        let request = Request::get(host.url("/ok")).body(Empty::new()).unwrap();
-        let response = a.oneshot(request).await.unwrap();
-        std::mem::forget(response);
-    }
+    // Worker A took the only place and died holding it: its place is in
+    // Redis (as the module docs lay it out: a member of the slot's lease
+    // set, scored by its expiry on Redis's clock), and no process renews
+    // it. (A worker alive in this process would renew it: a place held
+    // by a live request is renewed for as long as it lasts.)
+    let leases = format!("autothrottle:{{{name}:{}}}:leases", host.base());
+    let placed = Instant::now();
+    let (secs, micros): (u64, u64) = redis.query(&mut redis::cmd("TIME")).await;
+    let expiry = secs * 1_000_000 + micros + lease.as_micros() as u64;
+    let _: i64 = redis
+        .query(
+            redis::cmd("ZADD")
+                .arg(&leases)
+                .arg(expiry)
+                .arg("dead-worker-0"),
+        )
+        .await;
     let b = client(&worker(fleet(), Duration::ZERO, 1));
     let started = Instant::now();
     let status = tokio::time::timeout(Duration::from_secs(10), get(&b, &host.url("/ok")))
@@ -174,13 +183,47 @@ async fn a_dead_workers_place_comes_back_after_its_lease() {
         .expect("the place came back");
     assert_eq!(status, StatusCode::OK);
     let arrivals = host.stats.arrivals();
-    assert_eq!(arrivals.len(), 2);
-    let waited = arrivals[1].0 - arrivals[0].0;
+    assert_eq!(arrivals.len(), 1);
+    let waited = arrivals[0].0 - placed;
     assert!(
         waited + GAP_SLACK >= lease,
         "B went after {waited:?}, before the lease ran out"
     );
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_held_longer_than_its_lease_is_renewed() {
+    if !redis_for("a_place_held_longer_than_its_lease_is_renewed", false) {
+        return;
+    }
+    let redis = RedisServer::any().await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let lease = Duration::from_millis(300);
+    let fleet = || Fleet::new(redis.url(), &name).lease(lease);
+    // A fleet limit of 1: A's request takes 1.5 s, five leases.
+    let a = client(&worker(fleet(), Duration::ZERO, 1));
+    let b = client(&worker(fleet(), Duration::ZERO, 1));
+    let slow = tokio::spawn({
+        let a = a.clone();
+        let url = host.url("/ok?ms=1500");
+        async move { get(&a, &url).await }
+    });
+    // B asks once A's request is at the server.
+    while host.stats.served() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(get(&b, &host.url("/ok")).await, StatusCode::OK);
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    let arrivals = host.stats.arrivals();
+    assert_eq!(arrivals.len(), 2);
+    let waited = arrivals[1].0 - arrivals[0].0;
+    assert!(
+        waited + GAP_SLACK >= Duration::from_millis(1500),
+        "B went after {waited:?}, while A's renewed place was still in use"
+    );
+    assert_eq!(host.stats.max_active(), 1, "never two at once fleet-wide");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,6 +30,12 @@ const RELEASE: &str = include_str!("release.lua");
 /// Pauses the slot for `ARGV[1]` µs from Redis's now.
 const PAUSE: &str = include_str!("pause.lua");
 
+/// Renews a place still in use for another lease.
+const RENEW: &str = include_str!("renew.lua");
+
+/// The shortest time between two sweeps that renew the places in use.
+const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
+
 /// The coordinator behind [`ConfigBuilder::fleet`](crate::ConfigBuilder::fleet).
 pub(super) struct RedisFleet(Arc<Inner>);
 
@@ -51,6 +57,14 @@ struct Inner {
     reserve: Script,
     release: Script,
     pause: Script,
+    renew: Script,
+    /// The places this worker holds, by lease id: their slot, and when their
+    /// lease was last set. A sweep renews those older than a third of the
+    /// lease, so that a request (or a body streaming) longer than the lease
+    /// keeps counting against the fleet's limit.
+    live: Mutex<std::collections::HashMap<String, (SlotKey, Instant)>>,
+    /// The sweep was started.
+    sweeping: AtomicBool,
     /// Calls sent off the requests' path and not yet answered.
     pending: AtomicUsize,
     settled: Notify,
@@ -128,6 +142,9 @@ impl Inner {
             reserve: Script::new(RESERVE),
             release: Script::new(RELEASE),
             pause: Script::new(PAUSE),
+            renew: Script::new(RENEW),
+            live: Mutex::new(std::collections::HashMap::new()),
+            sweeping: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             settled: Notify::new(),
         }
@@ -257,8 +274,10 @@ impl Inner {
             match reply {
                 Ok(Reply::Granted(in_flight)) => {
                     self.answered();
+                    self.hold(&key, &id);
                     let inner = Arc::clone(&self);
                     return Some(Lease::new(in_flight, move |learned| {
+                        inner.live().remove(&id);
                         inner.give_back(key, id, learned)
                     }));
                 }
@@ -283,6 +302,70 @@ impl Inner {
                         return None;
                     }
                 }
+            }
+        }
+    }
+
+    fn live(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (SlotKey, Instant)>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a place granted, and starts the sweep that renews the places
+    /// in use, once.
+    fn hold(self: &Arc<Self>, key: &SlotKey, id: &str) {
+        self.live()
+            .insert(id.to_owned(), (key.clone(), Instant::now()));
+        if self.sweeping.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.sweeping.store(false, Ordering::Relaxed);
+            return;
+        };
+        // The sweep holds the worker weakly: it ends when the worker goes.
+        let weak = Arc::downgrade(self);
+        let every = (self.fleet.lease / 3).max(MIN_RENEW_EVERY);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.renew_old(every).await;
+            }
+        });
+    }
+
+    /// Renews the places whose lease was set more than `age` ago.
+    async fn renew_old(&self, age: Duration) {
+        let now = Instant::now();
+        let old: Vec<(String, SlotKey)> = self
+            .live()
+            .iter()
+            .filter(|(_, (_, set))| now.saturating_duration_since(*set) >= age)
+            .map(|(id, (key, _))| (id.clone(), key.clone()))
+            .collect();
+        for (id, key) in old {
+            let (hash, leases) = self.keys(&key);
+            let mut call = self.renew.key(&hash);
+            call.key(&leases)
+                .arg(&id)
+                .arg(micros(self.fleet.lease))
+                .arg(self.ttl_ms());
+            match self.invoke::<i64>(&call).await {
+                Ok(1) => {
+                    if let Some(entry) = self.live().get_mut(&id) {
+                        entry.1 = Instant::now();
+                    }
+                }
+                // Gone from Redis (expired while Redis was away): nothing
+                // to renew.
+                Ok(_) => {
+                    self.live().remove(&id);
+                }
+                // Redis is away: the reservations say so; try again at the
+                // next sweep.
+                Err(_) => {}
             }
         }
     }

@@ -78,9 +78,9 @@
 //! worker then logs why at `error` level and throttles alone (or waits,
 //! with [`Fleet::fail_closed`]), as when Redis is unreachable. Any Redis
 //! from 5.0 on, or a Redis-compatible server that reports such a
-//! `redis_version` in `INFO`, works. Every reservation sets both to expire after [`Fleet::idle_ttl`] (a pause
-//! keeps them at least that long after its end), so idle slots vanish from
-//! Redis on their own.
+//! `redis_version` in `INFO`, works. Every reservation sets both to expire
+//! after [`Fleet::idle_ttl`] (a pause keeps them at least that long after
+//! its end), so idle slots vanish from Redis on their own.
 //!
 //! # Consistency, and its limits
 //!
@@ -88,9 +88,12 @@
 //!   atomically. What a server sees can differ by the network: two requests
 //!   reserved `d` apart can arrive a little closer if the first one took
 //!   longer to reach the server.
-//! - A request that runs longer than its lease stops counting against the
-//!   limit when the lease expires; choose the lease above your longest
-//!   request (default 60 s).
+//! - A place in use is renewed for another lease every third of a lease (at
+//!   most every 10 ms), for as long as its request or response body lives,
+//!   so a long request or a streaming body keeps counting against the
+//!   limit. Only a worker that dies (or loses Redis for longer than a
+//!   lease) lets its places expire; the lease (default 60 s) is how long
+//!   the fleet waits for them then.
 //! - The fleet's delay and limit are the most careful of the workers'
 //!   words, not a merged policy: each worker's policy learns from its own
 //!   responses (with the fleet's in-flight count), and a slow learner holds
