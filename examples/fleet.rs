@@ -19,6 +19,11 @@
 //! For each run and host it prints the requests per second the host saw
 //! and the most it served at once. The workers are this same program,
 //! started with `--worker`.
+//!
+//! `--min-delay MS` and `--max-concurrency N` give every slot of every
+//! worker (and of the one process) that floor and that cap, as
+//! `SlotSettings` for the pattern `*`: with them, a fleet should reach what
+//! one process reaches.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -33,7 +38,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_autothrottle::redis::Fleet;
-use tower_autothrottle::{AutoThrottleLayer, BoxError, Config};
+use tower_autothrottle::{AutoThrottleLayer, BoxError, Config, SlotSettings};
 
 #[derive(Default)]
 struct Stats {
@@ -93,8 +98,19 @@ async fn host(latency: Duration, capacity: usize, stats: Arc<Stats>) -> SocketAd
 }
 
 /// One worker: `pages` requests to each site host, all queued at once.
-async fn crawl(sites: &[String], pages: usize, fleet: Option<Fleet>) -> Result<(), BoxError> {
+async fn crawl(a: &Args, sites: &[String], fleet: Option<Fleet>) -> Result<(), BoxError> {
+    let pages = a.pages;
     let mut config = Config::builder();
+    if a.min_delay.is_some() || a.max_concurrency.is_some() {
+        let mut settings = SlotSettings::new();
+        if let Some(ms) = a.min_delay {
+            settings = settings.min_delay(Duration::from_millis(ms));
+        }
+        if let Some(n) = a.max_concurrency {
+            settings = settings.max_concurrency(n);
+        }
+        config = config.slot("*", settings);
+    }
     if let Some(fleet) = fleet {
         config = config.fleet(fleet);
     }
@@ -128,6 +144,8 @@ struct Args {
     pages: usize,
     worker: bool,
     sites: Vec<String>,
+    min_delay: Option<u64>,
+    max_concurrency: Option<usize>,
 }
 
 fn args() -> Result<Args, String> {
@@ -138,6 +156,8 @@ fn args() -> Result<Args, String> {
         pages: 200,
         worker: false,
         sites: Vec::new(),
+        min_delay: None,
+        max_concurrency: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -149,6 +169,16 @@ fn args() -> Result<Args, String> {
             "--pages" => a.pages = value()?.parse().map_err(|_| "--pages: a number")?,
             "--sites" => a.sites = value()?.split(',').map(str::to_owned).collect(),
             "--worker" => a.worker = true,
+            "--min-delay" => {
+                a.min_delay = Some(value()?.parse().map_err(|_| "--min-delay: milliseconds")?)
+            }
+            "--max-concurrency" => {
+                a.max_concurrency = Some(
+                    value()?
+                        .parse()
+                        .map_err(|_| "--max-concurrency: a number")?,
+                )
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -169,6 +199,12 @@ fn workers(n: usize, a: &Args, sites: &str, redis: Option<&str>) -> Result<(), S
                 &a.pages.to_string(),
             ]);
             cmd.args(["--fleet", &a.fleet]);
+            if let Some(ms) = a.min_delay {
+                cmd.args(["--min-delay", &ms.to_string()]);
+            }
+            if let Some(n) = a.max_concurrency {
+                cmd.args(["--max-concurrency", &n.to_string()]);
+            }
             if let Some(url) = redis {
                 cmd.args(["--redis", url]);
             }
@@ -197,7 +233,7 @@ async fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "fleet: {e}\nusage: fleet --workers N --redis URL [--pages N] [--fleet NAME]"
+                "fleet: {e}\nusage: fleet --workers N --redis URL [--pages N] [--fleet NAME] [--min-delay MS] [--max-concurrency N]"
             );
             return ExitCode::from(2);
         }
@@ -207,7 +243,7 @@ async fn main() -> ExitCode {
             .redis
             .as_ref()
             .map(|url| Fleet::new(url.as_str(), a.fleet.as_str()));
-        return match crawl(&a.sites, a.pages, fleet).await {
+        return match crawl(&a, &a.sites, fleet).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("worker: {e}");
@@ -234,8 +270,8 @@ async fn main() -> ExitCode {
     let n = a.workers;
     let started = Instant::now();
     if let Err(e) = crawl(
+        &a,
         &[format!("http://{quick}"), format!("http://{slow}")],
-        a.pages,
         None,
     )
     .await
