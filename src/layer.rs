@@ -161,7 +161,10 @@ impl AutoThrottleLayer {
     /// the requests already queued in the slot, for its delay, limit and
     /// any pause, and for [`max_pending`](crate::ConfigBuilder::max_pending)),
     /// and shares the slots with every service of this layer. Dropping the
-    /// future leaves the queue.
+    /// future leaves the queue. A request carrying
+    /// [`DontAdjust`](crate::DontAdjust) gets a place whose report obeys a
+    /// `Retry-After` or `RateLimit` answer but feeds neither the policy nor
+    /// the overload backoff, as through the layer.
     ///
     /// ```
     /// use http::{HeaderMap, Request, StatusCode};
@@ -179,7 +182,8 @@ impl AutoThrottleLayer {
     /// ```
     pub async fn acquire<B>(&self, request: &http::Request<B>) -> Place {
         let parts = head(request);
-        Place::acquire(Arc::clone(&self.shared), |shared| {
+        let adjust = parts.extensions.get::<crate::DontAdjust>().is_none();
+        Place::acquire(Arc::clone(&self.shared), adjust, |shared| {
             shared.start(&parts, None)
         })
         .await
@@ -190,7 +194,7 @@ impl AutoThrottleLayer {
     pub async fn acquire_uri(&self, uri: &http::Uri) -> Place {
         let (mut parts, ()) = http::Request::new(()).into_parts();
         parts.uri = uri.clone();
-        Place::acquire(Arc::clone(&self.shared), |shared| {
+        Place::acquire(Arc::clone(&self.shared), true, |shared| {
             shared.start(&parts, None)
         })
         .await
@@ -199,7 +203,7 @@ impl AutoThrottleLayer {
     /// [`acquire`](Self::acquire) in the slot `key` names, whatever the
     /// key function or strategy would choose.
     pub async fn acquire_key(&self, key: SlotKey) -> Place {
-        Place::acquire(Arc::clone(&self.shared), |shared| {
+        Place::acquire(Arc::clone(&self.shared), true, |shared| {
             Start::Queued(shared.enqueue(key))
         })
         .await

@@ -51,11 +51,17 @@ pub struct Place {
     shared: Arc<Shared>,
     permit: Permit,
     granted: Instant,
+    /// Whether the report adjusts the slot (no [`DontAdjust`](crate::DontAdjust)).
+    adjust: bool,
 }
 
 impl Place {
     /// Waits for a place in the slot a request starting as `start` goes to.
-    pub(crate) async fn acquire(shared: Arc<Shared>, start: impl FnOnce(&Shared) -> Start) -> Self {
+    pub(crate) async fn acquire(
+        shared: Arc<Shared>,
+        adjust: bool,
+        start: impl FnOnce(&Shared) -> Start,
+    ) -> Self {
         let pending = match &shared.pending {
             // The semaphore is never closed; if it were, go ahead unbounded.
             Some(semaphore) => Arc::clone(semaphore).acquire_owned().await.ok(),
@@ -68,6 +74,7 @@ impl Place {
             shared,
             permit,
             granted: Instant::now(),
+            adjust,
         }
     }
 
@@ -101,8 +108,15 @@ impl Place {
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
-        self.shared
-            .end_response(&mut self.permit, now, latency, status, headers, size, true);
+        self.shared.end_response(
+            &mut self.permit,
+            now,
+            latency,
+            status,
+            headers,
+            size,
+            self.adjust,
+        );
     }
 
     /// Reports that the request failed without a response, classified as an
@@ -115,7 +129,7 @@ impl Place {
         let latency = now.saturating_duration_since(self.granted);
         let outcome = self.shared.classify(error);
         self.shared
-            .end_error(&mut self.permit, now, latency, error, outcome, true);
+            .end_error(&mut self.permit, now, latency, error, outcome, self.adjust);
     }
 }
 

@@ -155,3 +155,21 @@ async fn a_cancelled_acquire_leaves_the_queue() {
     let slot = throttle.slot("http://example.test").unwrap();
     assert_eq!(slot.last_latency, Some(Duration::from_millis(5)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_dont_adjust_request_teaches_its_slot_nothing() {
+    let throttle = throttle(Duration::ZERO, 4);
+    let mut request = Request::get("http://example.test/big").body(()).unwrap();
+    request
+        .extensions_mut()
+        .insert(tower_autothrottle::DontAdjust);
+    let place = throttle.acquire(&request).await;
+    place.report(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new());
+    let slot = throttle.slot("http://example.test").unwrap();
+    assert_eq!(slot.overloads, 0, "a 503 it was told to ignore");
+    // Without the extension, the same report is an overload.
+    let request = Request::get("http://example.test/big").body(()).unwrap();
+    let place = throttle.acquire(&request).await;
+    place.report(StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new());
+    assert_eq!(throttle.slot("http://example.test").unwrap().overloads, 1);
+}
