@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo bench --bench hot_path                      # 1 000 000 requests
+//! cargo bench --bench hot_path -- oneshot           # each through svc.clone().oneshot()
 //! cargo bench --bench hot_path --no-run             # then, with the path it prints:
 //! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
 //! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
@@ -31,6 +32,8 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    // `oneshot`: each request through a fresh clone of the service.
+    let oneshot = std::env::args().any(|a| a == "oneshot");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -45,10 +48,19 @@ fn main() {
         for _ in 0..n {
             let mut req = Request::new(());
             *req.uri_mut() = uri.clone();
-            let response = svc.ready().await.unwrap().call(req).await.unwrap();
+            let response = if oneshot {
+                svc.clone().oneshot(req).await.unwrap()
+            } else {
+                svc.ready().await.unwrap().call(req).await.unwrap()
+            };
             drop(response);
         }
     });
     let per = start.elapsed() / n as u32;
-    println!("hot_path: {n} requests, {per:?} per request");
+    let how = if oneshot {
+        ", each through a fresh clone"
+    } else {
+        ""
+    };
+    println!("hot_path: {n} requests{how}, {per:?} per request");
 }

@@ -10,11 +10,17 @@
 //! fixed policy, so that the figure is the layer's, not a policy's), and,
 //! for reference, with the default policy. Cases:
 //!
-//! - `one_host`: one task, every request to the same host;
+//! - `one_host`: one task, every request to the same host, through one
+//!   service reused (`ready().call()`);
+//! - `one_host_oneshot`: the same, but each request through a fresh clone
+//!   of the service (`svc.clone().oneshot(request)`), as the README's
+//!   examples and most users do: a clone starts with no memory of the
+//!   slot its last request went to;
 //! - `10k_hosts`: one task, requests spread round-robin over 10 000 hosts
 //!   (10 000 slots for the throttle);
 //! - `contended`: 8 tasks on a 2-worker runtime, all on one host; the time
-//!   is per request, over all tasks.
+//!   is per request, over all tasks;
+//! - `contended_64`: the same with 64 tasks.
 
 mod common;
 
@@ -62,6 +68,19 @@ where
     for i in 0..n {
         let uri = &uris[i as usize % uris.len()];
         let response = svc.ready().await.unwrap().call(request(uri)).await.unwrap();
+        drop(response);
+    }
+}
+
+/// Sends `n` requests, each through a fresh clone of `svc`.
+async fn run_oneshot<S, B>(svc: &S, uris: &[Uri], n: u64)
+where
+    S: Service<Req, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    for i in 0..n {
+        let uri = &uris[i as usize % uris.len()];
+        let response = svc.clone().oneshot(request(uri)).await.unwrap();
         drop(response);
     }
 }
@@ -119,38 +138,64 @@ fn sequential(c: &mut Criterion, name: &str, hosts: usize) {
     group.finish();
 }
 
-fn contended(c: &mut Criterion) {
-    const TASKS: u64 = 8;
+fn oneshot(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let uris = uris(1);
+    let mut group = c.benchmark_group("one_host_oneshot");
+    group.throughput(Throughput::Elements(1));
+    macro_rules! one {
+        ($label:expr, $svc:expr) => {{
+            let svc = $svc;
+            rt.block_on(run_oneshot(&svc, &uris, 1));
+            group.bench_function(BenchmarkId::from_parameter($label), |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let start = Instant::now();
+                        run_oneshot(&svc, &uris, iters).await;
+                        start.elapsed()
+                    })
+                })
+            });
+        }};
+    }
+    variants!(one);
+    group.finish();
+}
+
+fn contended(c: &mut Criterion, name: &str, tasks: u64) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let uris = uris(1);
-    let mut group = c.benchmark_group("contended");
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
     macro_rules! one {
         ($label:expr, $svc:expr) => {{
             let svc = $svc;
             group.bench_function(BenchmarkId::from_parameter($label), |b| {
                 b.iter_custom(|iters| {
-                    let per_task = iters.div_ceil(TASKS);
+                    let per_task = iters.div_ceil(tasks);
                     rt.block_on(async {
                         let start = Instant::now();
-                        let tasks: Vec<_> = (0..TASKS)
+                        let handles: Vec<_> = (0..tasks)
                             .map(|_| {
                                 let mut svc = svc.clone();
                                 let uris = uris.clone();
                                 tokio::spawn(async move { run(&mut svc, &uris, per_task).await })
                             })
                             .collect();
-                        for task in tasks {
-                            task.await.unwrap();
+                        for handle in handles {
+                            handle.await.unwrap();
                         }
                         // Per request: scale to the `iters` criterion asked for.
                         start
                             .elapsed()
-                            .mul_f64(iters as f64 / (per_task * TASKS) as f64)
+                            .mul_f64(iters as f64 / (per_task * tasks) as f64)
                     })
                 })
             });
@@ -162,8 +207,10 @@ fn contended(c: &mut Criterion) {
 
 fn benches(c: &mut Criterion) {
     sequential(c, "one_host", 1);
+    oneshot(c);
     sequential(c, "10k_hosts", 10_000);
-    contended(c);
+    contended(c, "contended", 8);
+    contended(c, "contended_64", 64);
 }
 
 criterion_group! {

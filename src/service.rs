@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::error::BoxError;
 use crate::extensions::DontAdjust;
 use crate::future::ResponseFuture;
-use crate::shared::{Recent, Shared};
+use crate::shared::{self, Recent, Shared};
 use crate::slot::SlotSnapshot;
 
 /// Throttles requests per slot with an adaptive delay and concurrency limit.
@@ -125,6 +125,12 @@ where
         let adjust = request.extensions().get::<DontAdjust>().is_none();
         let span =
             tracing::debug_span!("autothrottle", method = %request.method(), uri = %request.uri());
+        // A service that remembers nothing yet (a clone made for this one
+        // request) takes this thread's memory, and leaves its own there.
+        let fresh = self.recent.is_none();
+        if fresh {
+            self.recent = shared::recall(&self.shared);
+        }
         let (start, request) =
             match self
                 .shared
@@ -134,6 +140,11 @@ where
                 None => {
                     let (parts, body) = request.into_parts();
                     let start = self.shared.start(&parts, Some(&mut self.recent));
+                    if fresh {
+                        if let Some(recent) = &self.recent {
+                            shared::remember(&self.shared, recent);
+                        }
+                    }
                     (start, Request::from_parts(parts, body))
                 }
             };

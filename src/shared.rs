@@ -6,7 +6,8 @@
 //! The tower future ([`crate::future`]) and the reqwest middleware both go
 //! this way; neither knows the rooms' insides.
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::request::Parts;
@@ -48,6 +49,33 @@ pub(crate) struct Recent {
     scheme: Option<Scheme>,
     authority: Authority,
     slot: Arc<Slot>,
+}
+
+thread_local! {
+    /// The slot this thread's last request went to, and the layer whose it
+    /// is, for a service that remembers nothing yet: a clone made for one
+    /// request (`svc.clone().oneshot(request)`, the README's own pattern)
+    /// finds here what a service reused keeps in its [`Recent`]. The layer
+    /// is held weakly and compared by address (the weak reference keeps
+    /// the address from being reused); a slot evicted since is refused as
+    /// a service's own memory is (see [`Shared::start_recent`]).
+    static LAST: RefCell<Option<(Weak<Shared>, Recent)>> = const { RefCell::new(None) };
+}
+
+/// This thread's memory of the slot its last request through `shared`
+/// went to (see [`LAST`]).
+pub(crate) fn recall(shared: &Arc<Shared>) -> Option<Recent> {
+    LAST.with(|last| match &*last.borrow() {
+        Some((layer, recent)) if std::ptr::eq(layer.as_ptr(), Arc::as_ptr(shared)) => {
+            Some(recent.clone())
+        }
+        _ => None,
+    })
+}
+
+/// Makes `recent` this thread's memory for `shared`.
+pub(crate) fn remember(shared: &Arc<Shared>, recent: &Recent) {
+    LAST.with(|last| *last.borrow_mut() = Some((Arc::downgrade(shared), recent.clone())));
 }
 
 impl Shared {

@@ -205,3 +205,54 @@ async fn a_service_that_remembers_an_evicted_slot_joins_the_tables_new_one() {
     send(&mut remembering, "http://a.test/").await;
     assert_eq!(layer.slot("http://a.test").unwrap().dispatched, 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_clone_per_request_never_joins_an_evicted_slot() {
+    use tower::ServiceExt;
+    // A fresh clone remembers nothing of its own and takes the thread's
+    // memory of the last slot (`svc.clone().oneshot(request)`); once that
+    // slot is evicted, the next request must go to the table's new slot.
+    let layer = throttle(Duration::ZERO, 60 * S, 100_000);
+    let recorder = Recorder::default();
+    let base = layer.layer(server(recorder.clone()));
+    async fn send<S>(svc: &S, uri: &str)
+    where
+        S: tower::Service<http::Request<String>> + Clone,
+        S::Error: std::fmt::Debug,
+    {
+        drop(svc.clone().oneshot(request(uri, 0, 0)).await.unwrap());
+    }
+    send(&base, "http://a.test/").await;
+    send(&base, "http://a.test/").await;
+    assert_eq!(layer.slot("http://a.test").unwrap().dispatched, 2);
+    tokio::time::advance(61 * S).await;
+    // New hosts sweep a.test away (sent by a service that keeps its own
+    // memory, so the thread's stays on a.test).
+    let mut other = layer.layer(server(recorder.clone()));
+    for i in 0..200 {
+        use tower::Service;
+        drop(
+            other
+                .ready()
+                .await
+                .unwrap()
+                .call(request(&format!("http://h{i}.test/"), 0, 0))
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(layer.slot("http://a.test").is_none(), "evicted");
+    send(&base, "http://a.test/").await;
+    let slot = layer
+        .slot("http://a.test")
+        .expect("the request made a new slot in the table");
+    assert_eq!(slot.dispatched, 1);
+    send(&base, "http://a.test/").await;
+    assert_eq!(layer.slot("http://a.test").unwrap().dispatched, 2);
+    // And a layer of its own never takes this layer's slot.
+    let second = throttle(Duration::ZERO, 60 * S, 100_000);
+    let theirs = second.layer(server(recorder.clone()));
+    send(&theirs, "http://a.test/").await;
+    assert_eq!(second.slot("http://a.test").unwrap().dispatched, 1);
+    assert_eq!(layer.slot("http://a.test").unwrap().dispatched, 2);
+}
