@@ -54,9 +54,10 @@
 //!
 //! Beside the path: the configuration (`config/`: [`Config`], per-slot
 //! [`SlotSettings`], config files), the errors (`error.rs`), and two small
-//! helpers every room may use (`time.rs`, `rng.rs`). The integrations
-//! (`reqwest.rs`, `metrics.rs`, `redis/`) are feature-gated rooms that
-//! nothing above imports.
+//! helpers every room may use (`time.rs`, `rng.rs`). The way in for clients
+//! outside tower (`place.rs`) goes through the same rooms as the future.
+//! The integrations (`reqwest.rs`, `retry.rs`, `metrics.rs`, `redis/`) are
+//! feature-gated rooms that nothing above imports.
 //!
 //! # Example
 //!
@@ -97,6 +98,13 @@
 //!   [`DontAdjust`].
 //! - `reqwest` (feature `reqwest`): `AutoThrottleMiddleware` for
 //!   reqwest-middleware, sharing a layer's slots.
+//! - `retry` (feature `retry`): `RetryPolicy`, a policy for tower's `Retry`
+//!   made for this layer (429, 503 and failed connections of idempotent
+//!   methods, within a budget, the waiting left to the throttle).
+//! - [`Place`], from [`AutoThrottleLayer::acquire`]: a place in a slot for
+//!   a client outside tower, given back with a report of what came back.
+//! - [`AutoThrottleLayer::export`] and [`AutoThrottleLayer::import`]: what
+//!   every slot learned ([`Learned`]), to start a later run's layer from.
 //! - `metrics` (feature `metrics`): per-slot gauges and counters through the
 //!   `metrics` facade.
 //! - `file` (feature `serde`): [`Config`] from TOML, JSON or any serde
