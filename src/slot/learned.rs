@@ -116,8 +116,7 @@ impl Slot {
     /// Starts the slot's policy from `warm`, and its pause, if one was
     /// running; binds the next dispatch.
     pub(crate) fn warm(&self, now: Instant, warm: &Warm) {
-        let wake = {
-            let mut state = self.lock();
+        self.change(|state| {
             state.policy.warm(warm.throttle, warm.latency);
             state.throttle = state.policy.throttle();
             if state.latency.is_none() {
@@ -126,10 +125,6 @@ impl Slot {
             if let Some(pause) = warm.pause {
                 state.signals.retry_after(now, pause);
             }
-            state.take_head_waker()
-        };
-        if let Some(waker) = wake {
-            waker.wake();
-        }
+        });
     }
 }

@@ -197,12 +197,13 @@ impl Slot {
         state.signals.effective(&state.throttle, now)
     }
 
-    /// Replaces the slot's policy; its answer binds the next dispatch.
-    pub(crate) fn set_policy(&self, policy: Box<dyn Policy>) {
+    /// Changes the slot's state with `change`, then wakes the head of the
+    /// queue (after the lock is released) so that the change binds the next
+    /// dispatch.
+    fn change(&self, change: impl FnOnce(&mut SlotState)) {
         let wake = {
             let mut state = self.lock();
-            state.throttle = policy.throttle();
-            state.policy = policy;
+            change(&mut state);
             state.take_head_waker()
         };
         if let Some(waker) = wake {
@@ -210,16 +211,17 @@ impl Slot {
         }
     }
 
+    /// Replaces the slot's policy; its answer binds the next dispatch.
+    pub(crate) fn set_policy(&self, policy: Box<dyn Policy>) {
+        self.change(|state| {
+            state.throttle = policy.throttle();
+            state.policy = policy;
+        });
+    }
+
     /// Sets or lifts the slot's delay floor.
     pub(crate) fn set_floor(&self, floor: Duration) {
-        let wake = {
-            let mut state = self.lock();
-            state.signals.floor = floor;
-            state.take_head_waker()
-        };
-        if let Some(waker) = wake {
-            waker.wake();
-        }
+        self.change(|state| state.signals.floor = floor);
     }
 
     /// Since when the slot is evictable (see [`SlotTable`]), if it is.
