@@ -62,11 +62,7 @@ impl Place {
         adjust: bool,
         start: impl FnOnce(&Shared) -> Start,
     ) -> Self {
-        let pending = match &shared.pending {
-            // The semaphore is never closed; if it were, go ahead unbounded.
-            Some(semaphore) => Arc::clone(semaphore).acquire_owned().await.ok(),
-            None => None,
-        };
+        let pending = shared.pending_place().await;
         let start = start(&shared);
         let permit = shared.admit(start, pending).await;
         tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched (place)");

@@ -125,11 +125,7 @@ impl Middleware for AutoThrottleMiddleware {
         let span = tracing::debug_span!("autothrottle", method = %req.method(), uri = %req.url());
         let adjust_slot = extensions.get::<DontAdjust>().is_none();
         async move {
-            let pending = match &shared.pending {
-                // The semaphore is never closed; if it were, go ahead unbounded.
-                Some(semaphore) => Arc::clone(semaphore).acquire_owned().await.ok(),
-                None => None,
-            };
+            let pending = shared.pending_place().await;
             let start = shared.start(&head(&req, extensions), None);
             let mut permit = shared.admit(start, pending).await;
             tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");

@@ -233,6 +233,17 @@ impl Shared {
         Some(coordinator.reserve(slot.key.clone(), Local { delay, limit }))
     }
 
+    /// Waits for a place under [`max_pending`](crate::ConfigBuilder::max_pending),
+    /// if it is set, for callers that are not a `Service` (which take it in
+    /// `poll_ready`).
+    pub(crate) async fn pending_place(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        // The semaphore is never closed; if it were, go ahead unbounded.
+        Arc::clone(self.pending.as_ref()?)
+            .acquire_owned()
+            .await
+            .ok()
+    }
+
     /// Waits until a request started with `start` is admitted: the gate as an
     /// `async fn`, for callers that are not a hand-written future (the
     /// reqwest middleware, [`Place`](crate::place::Place)). Dropping it at
