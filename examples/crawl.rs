@@ -702,10 +702,9 @@ async fn start_site(total_pages: usize) -> Result<Vec<(Site, SocketAddr)>, Strin
     let addrs: Vec<SocketAddr> = listeners.iter().map(|(_, _, a)| *a).collect();
     let mut hosts = Vec::new();
     for (index, (site, listener, addr)) in listeners.into_iter().enumerate() {
-        let pages = ((total_pages as f64 * site.share).round() as usize).max(1);
+        let pages = site_pages(total_pages, &site);
         let other = addrs[(index + 1) % addrs.len()];
-        let other_pages =
-            ((total_pages as f64 * SITES[(index + 1) % SITES.len()].share).round() as usize).max(1);
+        let other_pages = site_pages(total_pages, &SITES[(index + 1) % SITES.len()]);
         let workers = Arc::new(Semaphore::new(site.workers));
         tokio::spawn(async move {
             loop {

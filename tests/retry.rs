@@ -18,7 +18,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_autothrottle::retry::RetryPolicy;
-use tower_autothrottle::AutoThrottleLayer;
+use tower_autothrottle::{AutoThrottle, AutoThrottleLayer};
 
 type Body = Empty<Bytes>;
 
@@ -29,6 +29,18 @@ fn throttle() -> AutoThrottleLayer {
 
 fn client() -> Client<HttpConnector, Body> {
     Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// The stack under test: the retry outside the throttle, hyper-util's
+/// client inside.
+fn stack(
+    policy: RetryPolicy,
+    throttle: &AutoThrottleLayer,
+) -> tower::retry::Retry<RetryPolicy, AutoThrottle<Client<HttpConnector, Body>>> {
+    ServiceBuilder::new()
+        .retry(policy)
+        .layer(throttle.clone())
+        .service(client())
 }
 
 fn request(method: Method, url: &str) -> Request<Body> {
@@ -43,10 +55,7 @@ fn request(method: Method, url: &str) -> Request<Body> {
 async fn a_429_is_retried_after_the_throttle_waited_for_retry_after() {
     let host = site::host().await;
     let throttle = throttle();
-    let svc = ServiceBuilder::new()
-        .retry(RetryPolicy::new())
-        .layer(throttle.clone())
-        .service(client());
+    let svc = stack(RetryPolicy::new(), &throttle);
     let started = Instant::now();
     let response = svc
         .oneshot(request(
@@ -74,10 +83,7 @@ async fn a_429_is_retried_after_the_throttle_waited_for_retry_after() {
 #[tokio::test(start_paused = true)]
 async fn a_503_is_retried_and_the_last_answer_is_returned_after_the_maximum() {
     let host = site::host().await;
-    let svc = ServiceBuilder::new()
-        .retry(RetryPolicy::new().max_retries(2))
-        .layer(throttle())
-        .service(client());
+    let svc = stack(RetryPolicy::new().max_retries(2), &throttle());
     let response = svc
         .oneshot(request(Method::GET, &host.url("/status/503")))
         .await
@@ -89,20 +95,14 @@ async fn a_503_is_retried_and_the_last_answer_is_returned_after_the_maximum() {
 #[tokio::test(start_paused = true)]
 async fn a_post_is_not_retried_unless_allowed() {
     let host = site::host().await;
-    let svc = ServiceBuilder::new()
-        .retry(RetryPolicy::new())
-        .layer(throttle())
-        .service(client());
+    let svc = stack(RetryPolicy::new(), &throttle());
     let url = host.url("/flaky?first=429&retry-after=1");
     let response = svc.oneshot(request(Method::POST, &url)).await.unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(host.stats.served(), 1, "POST is not idempotent");
 
     let host = site::host().await;
-    let svc = ServiceBuilder::new()
-        .retry(RetryPolicy::new().methods([Method::POST]))
-        .layer(throttle())
-        .service(client());
+    let svc = stack(RetryPolicy::new().methods([Method::POST]), &throttle());
     let url = host.url("/flaky?first=429&retry-after=1");
     let response = svc.oneshot(request(Method::POST, &url)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -117,10 +117,7 @@ async fn a_refused_connection_is_retried_through_the_gate() {
         listener.local_addr().unwrap()
     };
     let throttle = throttle();
-    let svc = ServiceBuilder::new()
-        .retry(RetryPolicy::new().max_retries(3))
-        .layer(throttle.clone())
-        .service(client());
+    let svc = stack(RetryPolicy::new().max_retries(3), &throttle);
     let error = svc
         .oneshot(request(Method::GET, &format!("http://{addr}/")))
         .await
@@ -141,10 +138,7 @@ async fn a_spent_budget_stops_retries() {
     let host = site::host().await;
     // No reserve and no share of the requests: no retry at all.
     let budget = Arc::new(TpsBudget::new(Duration::from_secs(1), 0, 0.0));
-    let svc = ServiceBuilder::new()
-        .retry(RetryPolicy::new().budget(budget))
-        .layer(throttle())
-        .service(client());
+    let svc = stack(RetryPolicy::new().budget(budget), &throttle());
     let response = svc
         .oneshot(request(Method::GET, &host.url("/status/503")))
         .await
