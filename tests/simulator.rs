@@ -315,6 +315,46 @@ fn queue_bound_refuses_beyond_four_waiting() {
 }
 
 #[test]
+fn limit_req_answers_503_without_retry_after_beyond_its_rate() {
+    // nginx's limit_req with nodelay: a client that sends as fast as 8
+    // places allow is refused most of the time, with 503 and no deadline;
+    // one paced under the rate never is.
+    let s = scenario("limit-req");
+    let host = s.hosts[0].clone();
+    let run = sim::run(&alone(host.clone()), &Client::Fixed(8), 1);
+    let h = &run.hosts[0];
+    assert!(
+        h.load_overloads > h.requests as u64,
+        "{} refused",
+        h.load_overloads
+    );
+    assert_eq!(h.early, 0, "no Retry-After, so no deadline to break");
+    assert_eq!(h.other_errors, 0);
+    let run = sim::run(&alone(host), &Client::Paced(19.0), 1);
+    assert_eq!(run.hosts[0].load_overloads, 0);
+    // The oracle paces it at the rate, as it does with Retry-After.
+    let oracle = sim::oracle_host(&s.hosts[0], 0, 1);
+    assert!(oracle.polite, "{}", oracle.label);
+    assert!(
+        oracle.makespan <= sim::ideal(&s).unwrap() * 1.05,
+        "{}",
+        oracle.makespan
+    );
+}
+
+#[test]
+fn limit_conn_refuses_beyond_its_workers_and_queues_nothing() {
+    let host = || scenario("limit-conn").hosts[0].clone();
+    let run = sim::run(&alone(host()), &Client::Fixed(8), 1);
+    let h = &run.hosts[0];
+    assert_eq!(h.overloads, 0, "8 in service fit");
+    let run = sim::run(&alone(host()), &Client::Fixed(9), 1);
+    let h = &run.hosts[0];
+    assert!(h.load_overloads > 0, "the 9th is refused");
+    assert!(h.series.iter().all(|p| p.queue == 0.0), "nothing waits");
+}
+
+#[test]
 fn heavy_tails_have_their_stated_means() {
     // 8 in flight on 8 workers: the makespan is about requests × mean / 8.
     for (service, mean) in [

@@ -455,12 +455,13 @@ fn scoreboard(
                     "{}-{}-{}{suffix}.csv",
                     scenario.name, host.name, name
                 ));
-                let mut text =
-                    String::from("t,delay_ms,concurrency,in_flight,latency_ms,queue,completed\n");
+                let mut text = String::from(
+                    "t,delay_ms,concurrency,in_flight,latency_ms,queue,completed,sent\n",
+                );
                 for p in &host.series {
                     let _ = writeln!(
                         text,
-                        "{:.3},{:.3},{},{},{},{},{}",
+                        "{:.3},{:.3},{},{},{},{},{},{}",
                         p.t,
                         p.delay * 1000.0,
                         p.concurrency,
@@ -468,7 +469,8 @@ fn scoreboard(
                         p.latency
                             .map_or_else(String::new, |l| format!("{:.3}", l * 1000.0)),
                         p.queue,
-                        p.completed
+                        p.completed,
+                        p.sent
                     );
                 }
                 std::fs::write(&file, text).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -584,8 +586,16 @@ fn explain(scenario: &Scenario) -> Vec<String> {
                     ));
                 }
             }
-            sim::Model::RateLimited { storm_until, .. } => {
-                load.push("429 beyond the rate limit".to_owned());
+            sim::Model::RateLimited {
+                storm_until,
+                retry_after,
+                ..
+            } => {
+                load.push(if *retry_after {
+                    "429 beyond the rate limit".to_owned()
+                } else {
+                    "503 beyond the rate limit".to_owned()
+                });
                 if let Some(d) = storm_until {
                     other.push(format!("the storm's 429s (before {} s)", d.as_secs_f64()));
                 }

@@ -155,12 +155,15 @@ pub enum Model {
     /// until a token is there, at least 1); the others are served in
     /// `service`, with no limit on concurrency. Before `storm_until`, every
     /// request is answered 429 + `Retry-After: 1` (a storm that load did
-    /// not cause) and takes no token.
+    /// not cause) and takes no token. Without `retry_after`, a request
+    /// without a token is answered 503 with no header instead (nginx's
+    /// `limit_req` with `nodelay`, its stock status).
     RateLimited {
         rate: f64,
         burst: f64,
         service: ServiceTime,
         storm_until: Option<Duration>,
+        retry_after: bool,
     },
 }
 
@@ -183,7 +186,16 @@ impl Model {
             burst,
             service,
             storm_until: None,
+            retry_after: true,
         }
+    }
+
+    /// A rate limit that answers 503 without `Retry-After` beyond it.
+    pub fn without_retry_after(mut self) -> Model {
+        if let Model::RateLimited { retry_after, .. } = &mut self {
+            *retry_after = false;
+        }
+        self
     }
 
     pub fn with_changes(mut self, new: Vec<(Duration, Change)>) -> Model {
@@ -367,6 +379,26 @@ pub fn scenarios() -> Vec<Scenario> {
                 },
             ),
             1000,
+        ),
+        single(
+            "limit-req",
+            "20 requests/s (burst 5), 503 without Retry-After beyond (nginx's limit_req, nodelay)",
+            Model::rate_limited(
+                20.0,
+                5.0,
+                ServiceTime::Uniform {
+                    base: ms(20),
+                    spread: 0.0,
+                },
+            )
+            .without_retry_after(),
+            1000,
+        ),
+        single(
+            "limit-conn",
+            "8 workers, 50 ms ± 10 %; 503 beyond 8 in service (nginx's limit_conn)",
+            Model::queue(8, uniform(50)).with_max_queue(0),
+            4800,
         ),
         Scenario {
             name: "multi-host",
@@ -612,7 +644,12 @@ impl HostServer {
                 Admission::Reject(StatusCode::TOO_MANY_REQUESTS, Some(wait))
             };
             match s.model.clone() {
-                Model::RateLimited { rate, burst, .. } => {
+                Model::RateLimited {
+                    rate,
+                    burst,
+                    retry_after,
+                    ..
+                } => {
                     if s.storm_end.is_some_and(|end| now < end) {
                         s.other_errors += 1;
                         pause(s, 1)
@@ -623,10 +660,13 @@ impl HostServer {
                         if s.tokens >= 1.0 {
                             s.tokens -= 1.0;
                             Admission::Now
-                        } else {
+                        } else if retry_after {
                             let wait = ((1.0 - s.tokens) / rate).ceil().max(1.0) as u64;
                             s.load_overloads += 1;
                             pause(s, wait)
+                        } else {
+                            s.load_overloads += 1;
+                            Admission::Reject(StatusCode::SERVICE_UNAVAILABLE, None)
                         }
                     }
                 }
@@ -720,6 +760,8 @@ pub struct Point {
     /// sample.
     pub queue_avg: f64,
     pub completed: u64,
+    /// Requests sent so far, refused ones included.
+    pub sent: u64,
 }
 
 /// What a run measured for one host.
@@ -1208,6 +1250,7 @@ async fn run_async(scenario: Scenario, client: Client, seed: u64, limit: f64) ->
                     queue,
                     queue_avg,
                     completed: tally.completed,
+                    sent: tally.sent,
                 });
             }
             tallies.iter().map(|t| t.completed).sum::<u64>() >= total
@@ -1359,6 +1402,7 @@ pub fn ideal(scenario: &Scenario) -> Option<f64> {
                 burst,
                 service,
                 storm_until,
+                ..
             } => Some(
                 storm_until.map_or(0.0, |d| d.as_secs_f64())
                     + (h.requests as f64 - burst).max(0.0) / rate
