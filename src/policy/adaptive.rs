@@ -99,7 +99,13 @@ policy_params! {
     ///   level goes to what the host served lately: its successes per
     ///   second over the last two to four round trips (or 8 to 16 sends, at
     ///   a rate) at the no-load latency (Little's law), less one standard
-    ///   error of their count. After a pause, at least by β = 0.7 when that
+    ///   error of their count. Without a pause, at a rate (a level below
+    ///   1, where the delay spaces every request), the share of the
+    ///   level's answers that were served says it better: a rate limit of
+    ///   `R` serves `R / r` of a rate `r` above it, so the level goes to
+    ///   the level times that share, at least (and above one request in
+    ///   flight, where a refused request frees its place at once and
+    ///   answers over-count refusals, only when nothing else is known). After a pause, at least by β = 0.7 when that
     ///   count began with the pause before (it may hold the burst a token
     ///   bucket allowed then); without a pause, never below the last clean
     ///   level and at most by β (BBRv2's bound on a round's cut). The
@@ -108,7 +114,13 @@ policy_params! {
     ///   stay free; above it they are probes, by bisection towards the level
     ///   that failed, paid from a budget of 0.5 % of answers and no sooner
     ///   than 20 pauses after the event. Overload answers never enter
-    ///   latency statistics.
+    ///   latency statistics, but they count against their window: one
+    ///   refused more often than noise explains (one standard error above
+    ///   the tolerated 2 %) neither raises the level nor counts as clean,
+    ///   and above a clean level it sends the level back there (at a rate,
+    ///   to the share served less one standard error, if higher), with the
+    ///   level it left as the one that failed: the errors came with the
+    ///   raise, whatever the CUSUM still tolerates.
     /// - **Delay.** At a level of 1 or more the delay paces a window's
     ///   requests over half the no-load latency, `T₀ / (2λ)` (BBR's pacing
     ///   gain of 2: it never binds before the limit); below a millisecond
@@ -191,6 +203,7 @@ impl Adaptive {
             sends: Sends::default(),
             slowest: 0.0,
             counted: 0,
+            refused: 0,
             old: 0,
             closed: None,
             after: None,
@@ -222,6 +235,8 @@ impl Adaptive {
             event_errors: 0,
             event_pause: 0.0,
             answers_since_event: 0,
+            run_answers: 0,
+            run_errors: 0,
             err_hi: f64::INFINITY,
             err_ceiling: f64::INFINITY,
             delay: self.start_delay.max(self.min_delay),
@@ -273,6 +288,8 @@ const BUCKET_SENDS: f64 = 8.0;
 /// The share served among the answers to an event's requests in flight is
 /// used from this many answers.
 const MIN_BATCH: u32 = 4;
+/// The share served of the answers at a level is used from this many.
+const MIN_SHARE_RUN: f64 = 4.0;
 /// The CUSUM's threshold: a log-likelihood ratio of 1000 to 1.
 const H_EVENT: f64 = 6.907_755_278_982_137;
 /// The cut of an overload when no cleaner level is known (BBRv2, CUBIC).
@@ -494,6 +511,7 @@ struct Next {
     sends: Sends,
     slowest: f64,
     counted: u64,
+    refused: u64,
 }
 
 /// The answers to the requests in flight at an overload event.
@@ -543,6 +561,8 @@ struct Knee {
     sends: Sends,
     slowest: f64,
     counted: u64,
+    /// Overload answers to the window's requests (not in `window`).
+    refused: u64,
     /// Requests still out that were sent before the window opened.
     old: u64,
     /// The window stopped taking requests, and waits for those still out.
@@ -603,6 +623,10 @@ struct Knee {
     event_errors: u64,
     event_pause: f64,
     answers_since_event: u64,
+    /// Answers to requests sent at this level since it was set (or since
+    /// the last event), and the overloads among them.
+    run_answers: u64,
+    run_errors: u64,
     /// The level that failed, and the clean level below it.
     err_hi: f64,
     err_ceiling: f64,
@@ -647,6 +671,8 @@ impl Knee {
             // to leave at the first sign of a queue.
             self.draining = self.phase == Phase::Cruise || level.round() < self.level.round();
             self.level = level;
+            self.run_answers = 0;
+            self.run_errors = 0;
             self.open_window(at);
         } else {
             self.reset_window(at);
@@ -674,6 +700,7 @@ impl Knee {
         self.sends = Sends::default();
         self.slowest = 0.0;
         self.counted = 0;
+        self.refused = 0;
     }
 
     /// A new window at the same level: a closed window's successor holds
@@ -690,6 +717,7 @@ impl Knee {
                 self.sends = next.sends;
                 self.slowest = next.slowest;
                 self.counted = next.counted;
+                self.refused = next.refused;
             }
             None => self.open_window(at),
         }
@@ -765,6 +793,14 @@ impl Knee {
             base / self.level
         };
         self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+    }
+
+    /// Whether the window's requests were refused more often than noise
+    /// of [`E_TOL`] explains (one standard error above it): errors that
+    /// came with this level, so it may not rise.
+    fn refusing(&self) -> bool {
+        let n = self.window.n + self.refused as f64;
+        self.refused > 0 && self.refused as f64 > E_TOL * n + Z_UP * (E_TOL * n).sqrt()
     }
 
     /// Whether the window's limit (or rate) was in use.
@@ -891,6 +927,21 @@ impl Knee {
         (level > 0.0).then_some((level, level * (1.0 - 1.0 / n.sqrt())))
     }
 
+    /// At a rate (a level below 1, where the delay spaces every request),
+    /// the level the host served of the requests sent at it: the level
+    /// times the share of their answers that were not refused. `None`
+    /// above a rate (a refused request frees its place at once, so answers
+    /// over-count refusals there), below [`MIN_SHARE_RUN`] answers, or
+    /// when none was served.
+    fn served_share(&self, any_level: bool) -> Option<f64> {
+        let n = self.run_answers as f64;
+        let ok = n - self.run_errors as f64;
+        if (self.level >= 1.0 && !any_level) || n < MIN_SHARE_RUN || ok <= 0.0 {
+            return None;
+        }
+        Some(self.level * ok / n)
+    }
+
     fn on_success(&mut self, latency: f64, in_flight: usize, at: f64, sent: f64, belongs: Belongs) {
         if sent >= self.last_event {
             self.count(false);
@@ -1002,7 +1053,7 @@ impl Knee {
             self.exit_startup(c, headroom, &test, at, false);
             return;
         }
-        if self.bound() {
+        if self.bound() && !self.refusing() {
             self.clean = Some(self.level);
             // A clean level is the host's no-load latency too.
             let window = self.window;
@@ -1164,12 +1215,16 @@ impl Knee {
                 return;
             }
         }
+        if self.refusing() && self.clean.is_some_and(|c| c < self.level) {
+            self.refused_window(at);
+            return;
+        }
         if self.max_in_flight <= 1 {
             // One request at a time holds no queue of ours: its latency is
             // the host's own.
             let window = self.window;
             // It may still raise the level.
-            let bound = self.bound();
+            let bound = self.bound() && !self.refusing();
             if (test.above(Z_REBASE) || test.below(Z_REBASE)) && window.n >= 2.0 * MIN_REFERENCE {
                 self.rebase(window, at);
             } else {
@@ -1218,7 +1273,7 @@ impl Knee {
             self.rebase(self.window, at);
             return;
         }
-        if test.d / test.se.max(1e-12) < Z_UP && self.bound() {
+        if test.d / test.se.max(1e-12) < Z_UP && self.bound() && !self.refusing() {
             self.raise(at);
         } else if !self.bound() {
             // Not in use: nothing to learn about the knee; start afresh.
@@ -1397,6 +1452,36 @@ impl Knee {
         }
     }
 
+    /// A window above a clean level was refused beyond noise: the errors
+    /// came with the raise, so the level goes back to the clean one (or
+    /// to the share the host served, if higher), and above it only by the
+    /// probes of an overload ceiling.
+    fn refused_window(&mut self, at: f64) {
+        let Some(clean) = self.clean else {
+            return;
+        };
+        // (At a rate, the share served less one standard error, when that
+        // is above the clean level.)
+        let n = (self.window.n + self.refused as f64).max(1.0);
+        let p = self.window.n / n;
+        let share = self.level * (p - (p * (1.0 - p) / n).sqrt());
+        let level = if self.level < 1.0 {
+            clean.max(share)
+        } else {
+            clean
+        }
+        .min(self.level);
+        self.err_hi = self.level;
+        self.err_ceiling = level;
+        self.last_event = at;
+        self.event_errors = self.refused.max(1);
+        self.event_pause = 0.0;
+        self.answers_since_event = 0;
+        self.clean = None;
+        self.step = self.min_step();
+        self.set_level(level, at);
+    }
+
     /// Counts an answer to a request sent before the last overload event
     /// (its batch): once a few are in, the share served tells the level
     /// the host allowed when it refused, whatever burst it allowed before.
@@ -1432,6 +1517,10 @@ impl Knee {
             return;
         }
         let errors = self.errors;
+        let share = self.served_share(false);
+        let share_any = self.served_share(true);
+        // Raises are free up to the share served.
+        let mut share_top = None;
         let served_level = self.served_level(at);
         let served_any = self.prev + self.bucket > 0;
         // What was served since the last pause may still hold the burst the
@@ -1449,6 +1538,8 @@ impl Knee {
         self.cusum = 0.0;
         self.errors = 0;
         self.answers = 0;
+        self.run_answers = 0;
+        self.run_errors = 0;
         self.last_event = at;
         self.event_errors = errors.max(1);
         self.event_pause = pause;
@@ -1495,11 +1586,22 @@ impl Knee {
             }
         } else {
             let served = served_level.map(|(_, safe)| safe);
-            let best = match (served, clean) {
-                (Some(s), Some(c)) => s.max(c),
-                (s, c) => s.or(c).unwrap_or(0.0),
-            };
-            best.max(BETA * self.level)
+            match share {
+                // The share the host served over the test's run: a rate
+                // limit serves `R` of a rate `r` above it, `R / r` of it.
+                Some(share) => {
+                    share_top = Some(share);
+                    served.unwrap_or(0.0).max(share)
+                }
+                None => match (served, clean, share_any) {
+                    (Some(s), Some(c), _) => s.max(c).max(BETA * self.level),
+                    (None, None, Some(share)) => {
+                        share_top = Some(share);
+                        share
+                    }
+                    (s, c, _) => s.or(c).unwrap_or(0.0).max(BETA * self.level),
+                },
+            }
         };
         let level = level.min(self.level);
         if level < self.level {
@@ -1512,7 +1614,7 @@ impl Knee {
                 Some((served, _)) if pause == 0.0 && served < self.level => served.max(level),
                 _ => level,
             };
-            self.err_ceiling = ceiling;
+            self.err_ceiling = share_top.map_or(ceiling, |top| top.max(ceiling));
         }
         self.clean = None;
         self.step = self.min_step();
@@ -1567,6 +1669,20 @@ impl Policy for Knee {
         let belongs = self.belongs(sent);
         if sample.outcome() == Outcome::Ignore || !(usable || overload) {
             return self.throttle();
+        }
+        if belongs != Belongs::Stale && sent >= self.last_event {
+            self.run_answers = self.run_answers.saturating_add(1);
+            self.run_errors = self.run_errors.saturating_add(u64::from(overload));
+        }
+        if overload {
+            match belongs {
+                Belongs::Window => self.refused = self.refused.saturating_add(1),
+                Belongs::Next => {
+                    let next = self.after.get_or_insert_with(Box::default);
+                    next.refused = next.refused.saturating_add(1);
+                }
+                Belongs::Stale => {}
+            }
         }
         match sample.outcome() {
             Outcome::Overload => {
@@ -1720,6 +1836,91 @@ mod tests {
         run(&mut k, 64.0, 0.1, 3, 10, 0.0);
         assert!(k.level < before, "{} from {before}", k.level);
         assert!(k.level >= BETA * before - 1.0, "{} from {before}", k.level);
+    }
+
+    /// A client that sends whenever the throttle lets it, against a token
+    /// bucket of `rate` per second (burst `burst`) that answers 503 at
+    /// once, without `Retry-After`, beyond it, and serves the rest in
+    /// `latency`. Returns the successes after `warm` seconds, and the
+    /// refused and sent counts over the whole run.
+    fn token_bucket(
+        k: &mut Knee,
+        rate: f64,
+        burst: f64,
+        latency: f64,
+        secs: f64,
+        warm: f64,
+    ) -> (u64, u64, u64) {
+        let (mut tokens, mut refill) = (burst, 0.0);
+        let mut out: Vec<(f64, bool)> = Vec::new();
+        let (mut last_send, mut ok_late, mut refused, mut sent) = (f64::NEG_INFINITY, 0, 0, 0);
+        loop {
+            let throttle = k.throttle();
+            // (A client takes a tenth of a millisecond to send.)
+            let mut next = last_send + throttle.delay().as_secs_f64().max(1e-4);
+            out.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if out.len() >= throttle.concurrency() {
+                next = next.max(out[0].0);
+            }
+            next = next.max(0.0);
+            if let Some(&(at, ok)) = out.first().filter(|a| a.0 <= next) {
+                out.remove(0);
+                let status = if ok {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                let took = if ok { latency } else { 0.0 };
+                let sample = Sample::from_secs_f64(took, status)
+                    .with_in_flight(out.len() + 1)
+                    .with_at(at);
+                k.on_sample(&sample);
+                continue;
+            }
+            if next > secs {
+                return (ok_late, refused, sent);
+            }
+            tokens = (tokens + (next - refill) * rate).min(burst);
+            refill = next;
+            last_send = next;
+            sent += 1;
+            if tokens >= 1.0 {
+                tokens -= 1.0;
+                out.push((next + latency, true));
+                if next >= warm {
+                    ok_late += 1;
+                }
+            } else {
+                refused += 1;
+                out.push((next, false));
+            }
+        }
+    }
+
+    #[test]
+    fn a_rate_limit_without_retry_after_is_found_and_kept() {
+        // nginx's limit_req (nodelay): 503 at once beyond the rate, no
+        // `Retry-After`. After a minute the host's rate is served within a
+        // tenth, and over the five minutes under 2 % were refused. (Rates
+        // met: 20/s at 20 ms, 5/s at 50 ms, 100/s at 2 ms. Missed: 20/s
+        // at 1 ms, throughput 0.89; 50/s at 5 ms, 4.0 % refused; 2/s at
+        // 100 ms, 0.61 and 4.2 %; and where the rate limit binds above one
+        // request in flight, 10/s at 200 ms, 0.49, and 20/s at 300 ms,
+        // 23 % refused.)
+        for (rate, burst, latency) in [(20.0, 5.0, 0.02), (5.0, 2.0, 0.05), (100.0, 20.0, 0.002)] {
+            let mut k = Adaptive::default().knee();
+            let (ok, refused, sent) = token_bucket(&mut k, rate, burst, latency, 300.0, 60.0);
+            let late = ok as f64 / 240.0 / rate;
+            assert!(
+                late >= 0.9,
+                "{rate}/s at {latency} s: {late} of the rate after a minute"
+            );
+            let share = refused as f64 / sent as f64;
+            assert!(
+                share < 0.02,
+                "{rate}/s at {latency} s: {refused} of {sent} refused"
+            );
+        }
     }
 
     #[test]
