@@ -455,7 +455,7 @@ fn many_hosts_with_one_task_per_request_each_run_alone() {
 
 #[test]
 fn new_scenarios_are_identical_for_a_seed() {
-    for name in ["storm", "errors-0.5", "drift-up", "queue-503"] {
+    for name in ["storm", "errors-0.5", "drift-up", "queue-503", "limit-req"] {
         let s = scenario(name);
         let a = sim::run(&s, &default_policy(), 3);
         let b = sim::run(&s, &default_policy(), 3);
@@ -536,6 +536,12 @@ fn goal_random_errors() {
 #[test]
 fn goal_queue_bound() {
     seeds("queue-503", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn goal_nginx_limiters() {
+    seeds("limit-req", 0.9, 1.0, 5.0);
+    seeds("limit-conn", 0.9, 1.0, 5.0);
 }
 
 #[test]
