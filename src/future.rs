@@ -204,6 +204,7 @@ where
                         &parts.headers,
                         body.size_hint().exact(),
                         *this.adjust,
+                        body.is_end_stream(),
                     );
                     let body = ThrottleBody::new(body, permit);
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));

@@ -112,6 +112,7 @@ impl Place {
             headers,
             size,
             self.adjust,
+            true,
         );
     }
 

@@ -158,6 +158,7 @@ impl Middleware for AutoThrottleMiddleware {
                 response.headers(),
                 response.content_length(),
                 adjust_slot,
+                false,
             );
             let url = response.url().clone();
             let (mut parts, body) = http::Response::<reqwest::Body>::from(response).into_parts();

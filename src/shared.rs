@@ -288,7 +288,9 @@ impl Shared {
         error
     }
 
-    /// Reports a failed request, classified as `outcome`, to its slot.
+    /// Reports a failed request, classified as `outcome`, to its slot, and
+    /// gives its place back under the same lock (every caller drops the
+    /// permit next).
     pub(crate) fn end_error(
         &self,
         permit: &mut Permit,
@@ -299,7 +301,7 @@ impl Shared {
         adjust: bool,
     ) {
         let at = self.table.clock(now);
-        let adjustment = permit.end(now, at, latency, None, outcome, adjust);
+        let adjustment = permit.end(now, at, latency, None, outcome, adjust, true);
         tracing::debug!(
             slot = %permit.slot().key,
             error = %error,
@@ -311,7 +313,9 @@ impl Shared {
     }
 
     /// Feeds a response to its slot, logs the adjustment and shares a pause
-    /// the server asked for with the fleet.
+    /// the server asked for with the fleet. With `release` (the response's
+    /// body is over already, or the caller drops the permit next), the
+    /// place goes back under the same lock.
     #[allow(clippy::too_many_arguments)] // internal; shared by the future and the reqwest middleware
     pub(crate) fn end_response(
         &self,
@@ -322,12 +326,21 @@ impl Shared {
         headers: &HeaderMap,
         size: Option<u64>,
         adjust: bool,
+        release: bool,
     ) {
         let max = self.config.max_retry_after;
         let hints = signals::hints(status, headers, max, permit.slot().key.as_str());
         let outcome = Outcome::of_status(status);
         let at = self.table.clock(now);
-        let adjustment = permit.end(now, at, latency, Some((status, hints)), outcome, adjust);
+        let adjustment = permit.end(
+            now,
+            at,
+            latency,
+            Some((status, hints)),
+            outcome,
+            adjust,
+            release,
+        );
         self.log(permit.slot(), &adjustment, latency, status, size);
         if let (Some(coordinator), Some(wait)) = (&self.config.coordinator, hints.pause()) {
             coordinator.pause(permit.slot().key.clone(), wait);

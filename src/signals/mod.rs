@@ -52,6 +52,9 @@ pub(crate) struct Ended {
     /// Requests in flight fleet-wide when this one went, when a fleet shares
     /// the slot: what the policy is told instead of the local count.
     pub(crate) fleet_in_flight: Option<usize>,
+    /// The request's place goes back with this report (its response's body
+    /// was over before it began): one lock for both.
+    pub(crate) release: bool,
 }
 
 /// Reads the server's hints from a response, warning about malformed ones.

@@ -63,6 +63,9 @@ pub(crate) struct Permit {
     /// The fleet-wide place, when a fleet shares the slot; given back
     /// before the local one.
     pub(crate) lease: Option<Box<crate::fleet::Lease>>,
+    /// The local place was given back already (with the response of a
+    /// body that was over before it began, under the same lock).
+    released: bool,
 }
 
 enum Decision {
@@ -138,6 +141,7 @@ impl Waiting {
                 seq,
                 _pending: pending.take(),
                 lease: None,
+                released: false,
             });
         }
         let Some(ticket) = self.ticket else {
@@ -168,6 +172,7 @@ impl Waiting {
                             seq,
                             _pending: pending.take(),
                             lease: None,
+                            released: false,
                         });
                     }
                     Decision::Wait | Decision::WaitUntil(_) => {
@@ -261,7 +266,10 @@ impl Permit {
     /// Ends the request in its slot: the outcome goes to the slot's signals
     /// and policy (told the fleet-wide in-flight count when a fleet shares
     /// the slot), and what the slot then allows is kept with the fleet's
-    /// place, to be shared when it goes back.
+    /// place, to be shared when it goes back. With `release`, the local
+    /// place goes back under the same lock (the caller drops the permit
+    /// next, or the response's body was over before it began).
+    #[allow(clippy::too_many_arguments)] // internal; what one request's end tells its slot
     pub(crate) fn end(
         &mut self,
         now: Instant,
@@ -270,7 +278,11 @@ impl Permit {
         response: Option<(StatusCode, Hints)>,
         outcome: Outcome,
         adjust: bool,
+        release: bool,
     ) -> Adjustment {
+        // (A fleet's place goes back before the local one, and carries what
+        // the slot learned: with a lease, the permit's drop gives both.)
+        let release = release && self.lease.is_none() && !self.released;
         let (status, hints) = match response {
             Some((status, hints)) => (Some(status), hints),
             None => (None, Hints::default()),
@@ -284,8 +296,10 @@ impl Permit {
             hints,
             adjust,
             fleet_in_flight: self.lease.as_deref().map(Lease::in_flight),
+            release,
         };
         let adjustment = self.slot.on_end(now, ended);
+        self.released |= release;
         if let Some(lease) = self.lease.as_mut() {
             lease.learned(Local {
                 delay: adjustment.delay,
@@ -309,7 +323,9 @@ impl Permit {
 impl Drop for Permit {
     fn drop(&mut self) {
         drop(self.lease.take());
-        self.slot.release();
+        if !self.released {
+            self.slot.release();
+        }
     }
 }
 

@@ -170,9 +170,15 @@ impl Slot {
             }
             let (delay, limit) = state.signals.effective(&state.throttle, now);
             let changed = before != ((delay, limit), state.signals.paused_until());
-            // A new delay, limit or pause may let the head of the queue go
-            // sooner, or later: let it look again.
-            let wake = if changed {
+            if ended.release {
+                // As `release` does, after the policy saw the count with
+                // this request in it.
+                state.in_flight = state.in_flight.saturating_sub(1);
+                state.last_used = now;
+            }
+            // A new delay, limit or pause, or a place given back, may let
+            // the head of the queue go sooner, or later: let it look again.
+            let wake = if changed || ended.release {
                 state.take_head_waker()
             } else {
                 None
