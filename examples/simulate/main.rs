@@ -15,7 +15,7 @@
 //! | `--seed N` | the seed of the servers' randomness | 1 |
 //! | `--seeds A-B` | every seed from A to B (or one: `--seeds N`): each seed's scoreboard in turn (each starting `seed N`), then `worst of seeds A-B`: per scenario, each policy's worst row over the seeds (max makespan, min `thr%`, max of the other columns; `react` `-` if any seed never settled) and the default's verdict on every seed, then how many scenarios the default meets on every seed; with `--wide`, each seed's grid in turn | |
 //! | `--policy NAME` | only this policy (repeatable) | all |
-//! | `--scenario NAME` | only this scenario (repeatable; with `--wide`, a server of the grid such as `w8-100ms-ln0.8`) | all |
+//! | `--scenario NAME` | only this scenario (repeatable); a server of the grid such as `w8-100ms-ln0.8` also runs alone on the full scoreboard (with its plots and CSV), or, with `--wide`, as a row of the grid | all |
 //! | `--wide` | instead, a grid of 48 queue servers (workers 1, 8, 64, 1 000 × mean service 10 ms, 100 ms, 1 s × noise uniform ± 10 %, log-normal σ 0.8, Pareto 1.5, bimodal 90 % / 10 % ten times slower; `sim::wide_scenarios`): each policy's throughput share of the oracle and mean queue, a summary line per policy, and the default's verdict (goal: at least 46 of 48 at ≥ 90 % with mean queue ≤ 1) | |
 //! | `--jobs N` | runs at once (threads); the output does not depend on it | one per CPU |
 //!
@@ -343,9 +343,16 @@ fn main() -> ExitCode {
         .into_iter()
         .filter(|(name, _)| args.policies.is_empty() || args.policies.iter().any(|p| p == name))
         .collect();
+    // A server of the grid named with --scenario runs alone on the full
+    // scoreboard too (with its plots and CSV), without --wide.
     let scenarios: Vec<Scenario> = sim::scenarios()
         .into_iter()
         .filter(|s| args.scenarios.is_empty() || args.scenarios.iter().any(|n| n == s.name))
+        .chain(
+            sim::wide_scenarios()
+                .into_iter()
+                .filter(|s| args.scenarios.iter().any(|n| n == s.name)),
+        )
         .collect();
     let wide_names: Vec<&'static str> = sim::wide_scenarios()
         .iter()
