@@ -24,6 +24,12 @@
 //! worker (and of the one process) that floor and that cap, as
 //! `SlotSettings` for the pattern `*`: with them, a fleet should reach what
 //! one process reaches.
+//!
+//! `--one-429 N` makes the slow host answer its N-th request of each run
+//! with `429 Too Many Requests` and `Retry-After: 1`, once, and report its
+//! rate from 1 to 6 s after that answer next to its rate before it (give
+//! `--pages` enough for the run to last 6 s past the 429: the line says
+//! when it did not).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -45,12 +51,43 @@ struct Stats {
     active: AtomicUsize,
     max_active: AtomicUsize,
     arrivals: Mutex<Vec<Instant>>,
+    /// Answer the request with this number (1 = the first) with a 429.
+    refuse_nth: Option<usize>,
+    /// When that 429 was sent.
+    refused_at: Mutex<Option<Instant>>,
 }
 
 impl Stats {
     fn reset(&self) {
         self.max_active.store(0, Ordering::SeqCst);
         self.arrivals.lock().unwrap().clear();
+        *self.refused_at.lock().unwrap() = None;
+    }
+
+    /// Requests per second from 1 to 6 s after the 429, against the rate
+    /// before it.
+    fn after_429(&self) -> Option<String> {
+        self.refuse_nth?;
+        let Some(at) = *self.refused_at.lock().unwrap() else {
+            return Some("no 429 was sent (the run was shorter)".to_owned());
+        };
+        let arrivals = self.arrivals.lock().unwrap();
+        let first = *arrivals.first()?;
+        let before = arrivals.iter().filter(|&&t| t < at).count();
+        let rate_before = before.saturating_sub(1) as f64 / (at - first).as_secs_f64();
+        let (from, to) = (at + Duration::from_secs(1), at + Duration::from_secs(6));
+        let after = arrivals.iter().filter(|&&t| t >= from && t < to).count();
+        let rate_after = after as f64 / 5.0;
+        let last = *arrivals.last()?;
+        let short = if last < to {
+            " (the run ended before 6 s after the 429: too few pages)"
+        } else {
+            ""
+        };
+        Some(format!(
+            "after the 429: {rate_after:.1} requests/s from 1 to 6 s, {rate_before:.1} before: {:.0} %{short}",
+            100.0 * rate_after / rate_before
+        ))
     }
 
     fn report(&self, name: &str) -> String {
@@ -79,7 +116,21 @@ async fn host(latency: Duration, capacity: usize, stats: Arc<Stats>) -> SocketAd
                 let service = hyper::service::service_fn(move |_req| {
                     let stats = Arc::clone(&stats);
                     async move {
-                        stats.arrivals.lock().unwrap().push(Instant::now());
+                        let arrived = Instant::now();
+                        let n = {
+                            let mut arrivals = stats.arrivals.lock().unwrap();
+                            arrivals.push(arrived);
+                            arrivals.len()
+                        };
+                        if stats.refuse_nth == Some(n) {
+                            *stats.refused_at.lock().unwrap() = Some(arrived);
+                            let response = http::Response::builder()
+                                .status(429)
+                                .header("retry-after", "1")
+                                .body(Full::new(Bytes::from("slow down")))
+                                .unwrap();
+                            return Ok::<_, Infallible>(response);
+                        }
                         let now = stats.active.fetch_add(1, Ordering::SeqCst) + 1;
                         stats.max_active.fetch_max(now, Ordering::SeqCst);
                         let over = now.saturating_sub(capacity) as u32;
@@ -146,6 +197,7 @@ struct Args {
     sites: Vec<String>,
     min_delay: Option<u64>,
     max_concurrency: Option<usize>,
+    one_429: Option<usize>,
 }
 
 fn args() -> Result<Args, String> {
@@ -158,6 +210,7 @@ fn args() -> Result<Args, String> {
         sites: Vec::new(),
         min_delay: None,
         max_concurrency: None,
+        one_429: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -179,6 +232,7 @@ fn args() -> Result<Args, String> {
                         .map_err(|_| "--max-concurrency: a number")?,
                 )
             }
+            "--one-429" => a.one_429 = Some(value()?.parse().map_err(|_| "--one-429: a number")?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -233,7 +287,7 @@ async fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "fleet: {e}\nusage: fleet --workers N --redis URL [--pages N] [--fleet NAME] [--min-delay MS] [--max-concurrency N]"
+                "fleet: {e}\nusage: fleet --workers N --redis URL [--pages N] [--fleet NAME] [--min-delay MS] [--max-concurrency N] [--one-429 N]"
             );
             return ExitCode::from(2);
         }
@@ -257,7 +311,13 @@ async fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let stats = [Arc::new(Stats::default()), Arc::new(Stats::default())];
+    let stats = [
+        Arc::new(Stats::default()),
+        Arc::new(Stats {
+            refuse_nth: a.one_429,
+            ..Stats::default()
+        }),
+    ];
     let quick = host(Duration::from_millis(5), 8, Arc::clone(&stats[0])).await;
     let slow = host(Duration::from_millis(50), 2, Arc::clone(&stats[1])).await;
     let sites = format!("http://{quick},http://{slow}");
@@ -265,6 +325,9 @@ async fn main() -> ExitCode {
         println!("{title} ({elapsed:.1?}):");
         println!("  {}", stats[0].report("quick"));
         println!("  {}", stats[1].report("slow "));
+        if let Some(line) = stats[1].after_429() {
+            println!("  slow : {line}");
+        }
         stats.iter().for_each(|s| s.reset());
     };
     let n = a.workers;

@@ -404,3 +404,73 @@ async fn a_request_given_up_during_its_reservation_leaves_no_place_behind() {
         "the given-up request was never sent"
     );
 }
+
+/// The calls to scripts a Redis has run so far (`INFO commandstats`).
+async fn script_calls(redis: &RedisServer) -> u64 {
+    let info: String = redis.query(redis::cmd("INFO").arg("commandstats")).await;
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            let calls = line.split_once("calls=")?.1;
+            calls.split(',').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_waiting_for_a_place_hears_of_its_release_instead_of_polling() {
+    // Its own Redis: the test counts the script calls Redis runs.
+    if !redis_for(
+        "a_request_waiting_for_a_place_hears_of_its_release_instead_of_polling",
+        true,
+    ) {
+        return;
+    }
+    let redis = RedisServer::start(None).await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let a = worker(Fleet::new(redis.url(), &name), Duration::ZERO, 1);
+    let b = worker(Fleet::new(redis.url(), &name), Duration::ZERO, 1);
+    let (svc_a, svc_b) = (client(&a), client(&b));
+    // Both connect and subscribe first (a readiness wait on Redis's own
+    // count of subscribers, not a timing check).
+    assert_eq!(get(&svc_a, &host.url("/ok")).await, StatusCode::OK);
+    assert_eq!(get(&svc_b, &host.url("/ok")).await, StatusCode::OK);
+    a.flush().await;
+    b.flush().await;
+    let channel = format!("autothrottle:{name}:freed");
+    for _ in 0..500 {
+        let (_, subscribers): (String, i64) = redis
+            .query(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel))
+            .await;
+        if subscribers == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A holds the fleet's only place for 3 s; B waits for it.
+    let hold = tokio::spawn({
+        let (svc, url) = (svc_a.clone(), host.url("/ok?ms=3000"));
+        async move { get(&svc, &url).await }
+    });
+    while host.stats.served() < 3 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before = script_calls(&redis).await;
+    assert_eq!(get(&svc_b, &host.url("/ok")).await, StatusCode::OK);
+    assert_eq!(hold.await.unwrap(), StatusCode::OK);
+    a.flush().await;
+    let calls = script_calls(&redis).await - before;
+    assert_eq!(host.stats.max_active(), 1, "one place fleet-wide");
+    // Polling (5 ms doubling to 100 ms) asks about 33 times in 3 s; asking
+    // again only at word of a release, or every 500 ms failing that, about
+    // 8 times (A's release and its reservation included).
+    assert!(calls <= 16, "{calls} script calls while B waited 3 s");
+    // And the release was announced to the waiting worker.
+    let info: String = redis.query(redis::cmd("INFO").arg("commandstats")).await;
+    assert!(
+        info.lines()
+            .any(|line| line.starts_with("cmdstat_publish:")),
+        "no release was announced"
+    );
+}

@@ -33,6 +33,12 @@ const PAUSE: &str = include_str!("pause.lua");
 /// Renews a place still in use for another lease.
 const RENEW: &str = include_str!("renew.lua");
 
+/// How long a request that found the fleet's limit reached waits for word
+/// of a place given back before it asks again anyway: a place can also come
+/// back by its lease running out (a worker that died), which nobody
+/// announces, and a message can be lost while the subscription reconnects.
+const FREED_FALLBACK: Duration = Duration::from_millis(500);
+
 /// The shortest time between two sweeps that renew the places in use.
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
 
@@ -68,6 +74,56 @@ struct Inner {
     /// Calls sent off the requests' path and not yet answered.
     pending: AtomicUsize,
     settled: Notify,
+    /// Word of places given back anywhere in the fleet.
+    freed: Freed,
+}
+
+/// The wake-ups of requests waiting for a place: every release publishes
+/// the slot's key on the fleet's channel (`autothrottle:F:freed`), and the
+/// worker's subscription wakes one of its own requests waiting on that
+/// slot, which asks Redis again.
+#[derive(Default)]
+struct Freed {
+    /// The subscription is up: waiters wait for word instead of polling.
+    listening: AtomicBool,
+    /// The subscription's task was started.
+    started: AtomicBool,
+    /// Per slot (its hash key) that requests of this worker are reserving:
+    /// one wake-up per place given back.
+    slots: Mutex<std::collections::HashMap<String, Arc<Notify>>>,
+}
+
+/// A request's interest in the places of one slot, for as long as it
+/// reserves: word of a place given back that comes while its call is under
+/// way is kept (as `Notify`'s permit), so none is missed.
+struct Interest<'a> {
+    freed: &'a Freed,
+    hash: String,
+    notify: Arc<Notify>,
+}
+
+impl<'a> Interest<'a> {
+    fn new(freed: &'a Freed, hash: String) -> Self {
+        let notify = {
+            let mut slots = freed.slots.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(slots.entry(hash.clone()).or_default())
+        };
+        Interest {
+            freed,
+            hash,
+            notify,
+        }
+    }
+}
+
+impl Drop for Interest<'_> {
+    fn drop(&mut self) {
+        let mut slots = self.freed.slots.lock().unwrap_or_else(|p| p.into_inner());
+        // Only the table and this request hold it: no one else waits.
+        if Arc::strong_count(&self.notify) == 2 {
+            slots.remove(&self.hash);
+        }
+    }
 }
 
 enum Reply {
@@ -147,7 +203,74 @@ impl Inner {
             sweeping: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             settled: Notify::new(),
+            freed: Freed::default(),
         }
+    }
+
+    /// The channel on which releases are announced.
+    fn freed_channel(&self) -> String {
+        format!("autothrottle:{}:freed", self.fleet.name)
+    }
+
+    /// Starts the subscription to word of places given back, once. It
+    /// holds the worker weakly and ends when the worker goes; when Redis
+    /// drops it, waiters poll until it is back (tried again every
+    /// [`Fleet::retry_interval`]).
+    fn listen(self: &Arc<Self>) {
+        if self.freed.started.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.freed.started.store(false, Ordering::Relaxed);
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        let (client, channel) = (self.client.clone(), self.freed_channel());
+        let (timeout, retry) = (self.fleet.timeout, self.fleet.retry_interval);
+        runtime.spawn(async move {
+            loop {
+                let subscribe = async {
+                    let mut pubsub = client.get_async_pubsub().await?;
+                    pubsub.subscribe(&channel).await?;
+                    Ok::<_, redis::RedisError>(pubsub.into_on_message())
+                };
+                if let Ok(Ok(mut messages)) = tokio::time::timeout(timeout, subscribe).await {
+                    match weak.upgrade() {
+                        Some(inner) => inner.freed.listening.store(true, Ordering::Relaxed),
+                        None => return,
+                    }
+                    loop {
+                        let next = std::future::poll_fn(|cx| {
+                            futures_core::Stream::poll_next(std::pin::Pin::new(&mut messages), cx)
+                        });
+                        // Looks up now and then whether the worker is gone.
+                        let message = match tokio::time::timeout(Duration::from_secs(1), next).await
+                        {
+                            Err(_) if weak.strong_count() == 0 => return,
+                            Err(_) => continue,
+                            Ok(None) => break,
+                            Ok(Some(message)) => message,
+                        };
+                        let Some(inner) = weak.upgrade() else { return };
+                        if let Ok(hash) = message.get_payload::<String>() {
+                            let slots = inner.freed.slots.lock().unwrap_or_else(|p| p.into_inner());
+                            if let Some(notify) = slots.get(&hash) {
+                                notify.notify_one();
+                            }
+                        }
+                    }
+                    // The connection ended: poll until it is back.
+                    match weak.upgrade() {
+                        Some(inner) => inner.freed.listening.store(false, Ordering::Relaxed),
+                        None => return,
+                    }
+                }
+                tokio::time::sleep(retry).await;
+                if weak.strong_count() == 0 {
+                    return;
+                }
+            }
+        });
     }
 
     fn keys(&self, key: &SlotKey) -> (String, String) {
@@ -254,6 +377,10 @@ impl Inner {
 
     async fn reserve(self: Arc<Self>, key: SlotKey, local: Local) -> Option<Lease> {
         let mut full_backoff = Duration::from_millis(5);
+        // Set before the first call, so that a place given back while it is
+        // under way is not missed.
+        let interest = Interest::new(&self.freed, self.keys(&key).0);
+        self.listen();
         loop {
             let id = format!(
                 "{}-{}",
@@ -288,8 +415,15 @@ impl Inner {
                 }
                 Ok(Reply::Full) => {
                     self.answered();
-                    tokio::time::sleep(full_backoff).await;
-                    full_backoff = (full_backoff * 2).min(Duration::from_millis(100));
+                    if self.freed.listening.load(Ordering::Relaxed) {
+                        // Until a place is given back (or, failing word of
+                        // it, a while).
+                        let _ =
+                            tokio::time::timeout(FREED_FALLBACK, interest.notify.notified()).await;
+                    } else {
+                        tokio::time::sleep(full_backoff).await;
+                        full_backoff = (full_backoff * 2).min(Duration::from_millis(100));
+                    }
                 }
                 Err(error) => {
                     self.failed(&error);
@@ -385,7 +519,8 @@ impl Inner {
                 .arg(delay)
                 .arg(limit)
                 .arg(inner.ttl_ms())
-                .arg(&inner.worker);
+                .arg(&inner.worker)
+                .arg(inner.freed_channel());
             // A failed release does not make the worker throttle alone
             // (its reservations say whether Redis is there): it is tried
             // twice more, and if those fail too the place expires with its

@@ -37,11 +37,25 @@
 //!
 //! One per dispatch when the fleet lets the request go at once (the
 //! reservation); a request that has to wait for the fleet's schedule sleeps
-//! until the reserved time and asks again, and one that finds the fleet's
-//! limit reached asks again after 5 ms, doubling to 100 ms. Giving the place
-//! back (when the response body ends) is one more call, made off the
-//! request's path, which also carries what the slot learned; a pause is one
+//! until the reserved time and asks again. Giving the place back (when the
+//! response body ends) is one more call, made off the request's path, which
+//! also carries what the slot learned, and announces the freed place on the
+//! fleet's channel (`autothrottle:F:freed`, Redis pub/sub); a pause is one
 //! call when a server asks for it.
+//!
+//! A request that finds the fleet's limit reached does not poll: each
+//! worker keeps one subscription to that channel (one more connection,
+//! opened with the first reservation), and at each place given back it
+//! wakes one of its own requests waiting on that slot (the longest
+//! waiting), which asks again. Failing word, it asks again every 500 ms
+//! anyway: a place can also come back by its lease running out (a worker
+//! that died), which nobody announces, and a message can be lost while the
+//! subscription reconnects. While the subscription is down (Redis gone, or
+//! a server without pub/sub), waiters poll as before, after 5 ms doubling
+//! to 100 ms. The order across the fleet is not FIFO: at a freed place, one
+//! waiter of each worker asks again and the first to reach Redis gets it;
+//! within a worker, the waiter woken is the one waiting longest (one
+//! still in its call to Redis when word came goes first instead).
 //!
 //! # Ending a worker
 //!
