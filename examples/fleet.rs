@@ -25,6 +25,10 @@
 //! `SlotSettings` for the pattern `*`: with them, a fleet should reach what
 //! one process reaches.
 //!
+//! `--policy NAME` runs every worker (and the one process) with another
+//! policy than the default: `scrapy`, `scrapy-2012`, `aimd`, `vegas` or
+//! `gradient2`, with its defaults.
+//!
 //! `--one-429 N` makes the slow host answer its N-th request of each run
 //! with `429 Too Many Requests` and `Retry-After: 1`, once, and report its
 //! rate from 1 to 6 s after that answer next to its rate before it (give
@@ -43,6 +47,9 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tower::{ServiceBuilder, ServiceExt};
+use tower_autothrottle::policy::{
+    Adaptive, Aimd, Gradient2, MakePolicy, Scrapy, Scrapy2012, Vegas,
+};
 use tower_autothrottle::redis::Fleet;
 use tower_autothrottle::{AutoThrottleLayer, BoxError, Config, SlotSettings};
 
@@ -152,6 +159,9 @@ async fn host(latency: Duration, capacity: usize, stats: Arc<Stats>) -> SocketAd
 async fn crawl(a: &Args, sites: &[String], fleet: Option<Fleet>) -> Result<(), BoxError> {
     let pages = a.pages;
     let mut config = Config::builder();
+    if let Some(name) = &a.policy {
+        config = config.policy(policy(name)?);
+    }
     if a.min_delay.is_some() || a.max_concurrency.is_some() {
         let mut settings = SlotSettings::new();
         if let Some(ms) = a.min_delay {
@@ -188,6 +198,19 @@ async fn crawl(a: &Args, sites: &[String], fleet: Option<Fleet>) -> Result<(), B
     Ok(())
 }
 
+/// The policy named by `--policy`, with its defaults.
+fn policy(name: &str) -> Result<Box<dyn MakePolicy>, BoxError> {
+    Ok(match name {
+        Adaptive::NAME | "default" => Box::new(Adaptive::default()),
+        Scrapy::NAME => Box::new(Scrapy::default()),
+        Scrapy2012::NAME => Box::new(Scrapy2012::default()),
+        Aimd::NAME => Box::new(Aimd::default()),
+        Vegas::NAME => Box::new(Vegas::default()),
+        Gradient2::NAME => Box::new(Gradient2::default()),
+        other => return Err(format!("unknown policy {other:?}").into()),
+    })
+}
+
 struct Args {
     workers: usize,
     redis: Option<String>,
@@ -198,6 +221,7 @@ struct Args {
     min_delay: Option<u64>,
     max_concurrency: Option<usize>,
     one_429: Option<usize>,
+    policy: Option<String>,
 }
 
 fn args() -> Result<Args, String> {
@@ -211,6 +235,7 @@ fn args() -> Result<Args, String> {
         min_delay: None,
         max_concurrency: None,
         one_429: None,
+        policy: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -232,6 +257,7 @@ fn args() -> Result<Args, String> {
                         .map_err(|_| "--max-concurrency: a number")?,
                 )
             }
+            "--policy" => a.policy = Some(value()?),
             "--one-429" => a.one_429 = Some(value()?.parse().map_err(|_| "--one-429: a number")?),
             other => return Err(format!("unknown flag {other}")),
         }
@@ -258,6 +284,9 @@ fn workers(n: usize, a: &Args, sites: &str, redis: Option<&str>) -> Result<(), S
             }
             if let Some(n) = a.max_concurrency {
                 cmd.args(["--max-concurrency", &n.to_string()]);
+            }
+            if let Some(name) = &a.policy {
+                cmd.args(["--policy", name]);
             }
             if let Some(url) = redis {
                 cmd.args(["--redis", url]);
@@ -287,7 +316,7 @@ async fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => {
             eprintln!(
-                "fleet: {e}\nusage: fleet --workers N --redis URL [--pages N] [--fleet NAME] [--min-delay MS] [--max-concurrency N] [--one-429 N]"
+                "fleet: {e}\nusage: fleet --workers N --redis URL [--pages N] [--fleet NAME] [--min-delay MS] [--max-concurrency N] [--policy NAME] [--one-429 N]"
             );
             return ExitCode::from(2);
         }
@@ -357,6 +386,7 @@ async fn main() -> ExitCode {
                 sites: Vec::new(),
                 redis: None,
                 fleet: a.fleet.clone(),
+                policy: a.policy.clone(),
                 ..a
             };
             let url = url.map(str::to_owned);

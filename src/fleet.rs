@@ -23,6 +23,7 @@ pub(crate) struct Lease {
     release: Option<Box<dyn FnOnce(Option<Local>) + Send + Sync>>,
     learned: Option<Local>,
     in_flight: usize,
+    gap: Option<Duration>,
 }
 
 impl Lease {
@@ -37,7 +38,21 @@ impl Lease {
             release: Some(Box::new(release)),
             learned: None,
             in_flight,
+            gap: None,
         }
+    }
+
+    /// The place was granted `gap` after the fleet's previous dispatch of
+    /// the slot (`None`: unknown, or a pause lay between).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn with_gap(mut self, gap: Option<Duration>) -> Self {
+        self.gap = gap;
+        self
+    }
+
+    /// See [`with_gap`](Self::with_gap).
+    pub(crate) fn gap(&self) -> Option<Duration> {
+        self.gap
     }
 
     /// Requests in flight fleet-wide when the place was taken.

@@ -145,7 +145,7 @@ where
                 StateProj::Reserving { reserving, permit } => {
                     let lease = ready!(reserving.as_mut().poll(cx));
                     let mut permit = permit.take().expect("the permit is taken only here");
-                    permit.lease = lease.map(Box::new);
+                    permit.set_lease(lease.map(Box::new));
                     this.state.set(State::Ready {
                         permit: Some(permit),
                     });

@@ -259,7 +259,7 @@ impl Shared {
         };
         let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
         if let Some(reserving) = self.reserve(&permit) {
-            permit.lease = reserving.await.map(Box::new);
+            permit.set_lease(reserving.await.map(Box::new));
         }
         permit
     }

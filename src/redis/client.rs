@@ -16,8 +16,10 @@ use super::Fleet;
 use crate::fleet::{Coordinator, Lease, Local};
 use crate::key::{BoxFuture, SlotKey};
 
-/// Reserves a dispatch: `{1, in_flight}` when granted, `{0, wait_us}` when the
-/// schedule or a pause holds it back, `{0, -1}` when the limit is reached.
+/// Reserves a dispatch: `{1, in_flight, gap_us}` when granted (`gap_us`: since
+/// the fleet's previous dispatch of the slot, -1 if unknown or a pause lay
+/// between), `{0, wait_us, -1}` when the schedule or a pause holds it back,
+/// `{0, -1, -1}` when the limit is reached.
 /// The fleet's delay and limit are the most careful of the workers' fresh
 /// words (the longest delay, the lowest limit); words older than a lease
 /// (`ARGV[3]`) are dropped.
@@ -127,7 +129,7 @@ impl Drop for Interest<'_> {
 }
 
 enum Reply {
-    Granted(usize),
+    Granted(usize, Option<Duration>),
     Wait(Duration),
     Full,
 }
@@ -366,9 +368,12 @@ impl Inner {
             .arg(micros(self.fleet.lease))
             .arg(lease)
             .arg(self.ttl_ms());
-        Ok(match self.invoke::<(i64, String)>(&call).await? {
-            (1, in_flight) => Reply::Granted(in_flight.parse().unwrap_or(1)),
-            (_, wait) => match wait.parse::<i64>() {
+        Ok(match self.invoke::<(i64, String, String)>(&call).await? {
+            (1, in_flight, gap) => Reply::Granted(
+                in_flight.parse().unwrap_or(1),
+                gap.parse::<u64>().ok().map(Duration::from_micros),
+            ),
+            (_, wait, _) => match wait.parse::<i64>() {
                 Ok(us) if us >= 0 => Reply::Wait(Duration::from_micros(us as u64)),
                 _ => Reply::Full,
             },
@@ -399,14 +404,15 @@ impl Inner {
             let reply = self.try_reserve(&key, local, &id).await;
             attempt.disarm();
             match reply {
-                Ok(Reply::Granted(in_flight)) => {
+                Ok(Reply::Granted(in_flight, gap)) => {
                     self.answered();
                     self.hold(&key, &id);
                     let inner = Arc::clone(&self);
-                    return Some(Lease::new(in_flight, move |learned| {
+                    let lease = Lease::new(in_flight, move |learned| {
                         inner.live().remove(&id);
                         inner.give_back(key, id, learned)
-                    }));
+                    });
+                    return Some(lease.with_gap(gap));
                 }
                 Ok(Reply::Wait(wait)) => {
                     self.answered();

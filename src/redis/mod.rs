@@ -21,6 +21,12 @@
 //!   latency) cannot open the slot wider for all; a `Retry-After` (or an
 //!   exhausted `RateLimit` quota) seen by one worker pauses the slot for all.
 //!   A policy's samples count the requests in flight fleet-wide.
+//! - **the fleet's spacing**: each reservation tells the worker how long
+//!   after the fleet's previous dispatch of the slot it was granted, so
+//!   that the layer's overload backoff (for policies that leave overload to
+//!   the layer) is sized from the fleet's spacing, not from the worker's
+//!   own (N times longer in a fleet of N), and recovers at the pace of the
+//!   fleet's successes: one 429 no longer slows the fleet for seconds.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -82,7 +88,7 @@
 //!
 //! | key | type | fields |
 //! |---|---|---|
-//! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `pause`: no dispatch before this, µs; `w:WORKER`: `delay_us:limit:at_us`, what that worker learned last |
+//! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `last`: the last dispatch, µs; `pause`: no dispatch before this, µs; `w:WORKER`: `delay_us:limit:at_us`, what that worker learned last |
 //! | `autothrottle:{F:K}:leases` | sorted set | one member per place in use, scored by its expiry (µs) |
 //!
 //! Both keys share a hash tag, so they would live on one node of a Redis

@@ -1,5 +1,7 @@
--- Reserves a dispatch: `{1, in_flight}` when granted, `{0, wait_us}` when the
--- schedule or a pause holds it back, `{0, -1}` when the limit is reached.
+-- Reserves a dispatch: `{1, in_flight, gap_us}` when granted (`gap_us`: since
+-- the fleet's previous dispatch of the slot, -1 if unknown or a pause lay
+-- between), `{0, wait_us, -1}` when the schedule or a pause holds it back,
+-- `{0, -1, -1}` when the limit is reached.
 -- The fleet's delay and limit are the most careful of the workers' fresh
 -- words (the longest delay, the lowest limit); words older than a lease
 -- (`ARGV[3]`) are dropped.
@@ -7,7 +9,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('%.0f', now))
 local h = redis.call('HGETALL', KEYS[1])
-local next, pause, delay, limit = 0, 0, nil, nil
+local next, pause, last, delay, limit = 0, 0, -1, nil, nil
 local fresh = now - tonumber(ARGV[3])
 for i = 1, #h, 2 do
   local k, v = h[i], h[i + 1]
@@ -15,6 +17,8 @@ for i = 1, #h, 2 do
     next = tonumber(v)
   elseif k == 'pause' then
     pause = tonumber(v)
+  elseif k == 'last' then
+    last = tonumber(v)
   elseif string.sub(k, 1, 2) == 'w:' then
     local d, l, at = string.match(v, '^([^:]+):([^:]+):([^:]+)$')
     if at and tonumber(at) >= fresh then
@@ -30,13 +34,18 @@ delay = delay or tonumber(ARGV[1])
 limit = limit or tonumber(ARGV[2])
 local ready = math.max(next, pause)
 if ready > now then
-  return {0, string.format('%.0f', math.ceil(ready - now))}
+  return {0, string.format('%.0f', math.ceil(ready - now)), '-1'}
 end
 if redis.call('ZCARD', KEYS[2]) >= limit then
-  return {0, '-1'}
+  return {0, '-1', '-1'}
 end
 redis.call('ZADD', KEYS[2], string.format('%.0f', now + tonumber(ARGV[3])), ARGV[4])
-redis.call('HSET', KEYS[1], 'next', string.format('%.0f', now + delay))
+local gap = -1
+if last >= 0 and not (pause > last and pause <= now) then
+  gap = now - last
+end
+redis.call('HSET', KEYS[1], 'next', string.format('%.0f', now + delay),
+  'last', string.format('%.0f', now))
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return {1, tostring(redis.call('ZCARD', KEYS[2]))}
+return {1, tostring(redis.call('ZCARD', KEYS[2])), string.format('%.0f', gap)}

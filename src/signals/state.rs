@@ -25,6 +25,14 @@
 //! 1/256 below (so it probes beyond slowly, about 180 successes per
 //! doubling of the rate); and it grows the cap by one every `cap`
 //! successes until the policy's own limit binds again.
+//!
+//! **In a fleet** (a slot shared through a coordinator), the spacing that
+//! sizes the backoff is the fleet's (between the fleet's dispatches of the
+//! slot, as the coordinator reports it), not this worker's, which is about
+//! N times longer in a fleet of N; and each success counts for the fleet's
+//! dispatches it stands for (this worker's spacing over the fleet's, 1 to
+//! 64), so that the backoff recovers at the pace of the fleet's successes,
+//! as one process's would.
 
 use std::time::Duration;
 
@@ -75,6 +83,9 @@ struct Trouble {
     overload_seq: Option<u64>,
     /// The spacing in force when the last overload happened.
     overload_spacing: Duration,
+    /// A smoothed spacing between the fleet's dispatches of the slot, when
+    /// a fleet shares it.
+    fleet_interval: Option<Duration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -153,6 +164,29 @@ impl Signals {
         }
     }
 
+    /// Called when a fleet granted a dispatch `gap` after the fleet's
+    /// previous one of the slot (a gap a pause forced is not reported).
+    pub(crate) fn on_fleet_dispatch(&mut self, gap: Duration) {
+        let t = self.trouble();
+        t.fleet_interval = Some(match t.fleet_interval {
+            Some(i) => i.saturating_mul(7).saturating_add(gap) / 8,
+            None => gap,
+        });
+    }
+
+    /// How many of the fleet's dispatches one of this worker's stands for
+    /// (1 without a fleet).
+    fn weight(&self) -> u32 {
+        let fleet = self.trouble.as_ref().and_then(|t| t.fleet_interval);
+        match (self.interval, fleet) {
+            (Some(own), Some(fleet)) if !fleet.is_zero() => (own.as_secs_f64()
+                / fleet.as_secs_f64())
+            .round()
+            .clamp(1.0, 64.0) as u32,
+            _ => 1,
+        }
+    }
+
     /// Takes in how a request ended. `seq` is the request's dispatch number
     /// and `dispatched` the slot's count of dispatches so far. With `owned`
     /// (a policy that reacts to overload itself), overloads are counted but
@@ -186,7 +220,8 @@ impl Signals {
                     };
                 }
                 let (delay, limit) = self.effective(policy, now);
-                let base = delay.max(self.interval.unwrap_or(Duration::ZERO));
+                let fleet = self.trouble.as_ref().and_then(|t| t.fleet_interval);
+                let base = delay.max(fleet.or(self.interval).unwrap_or(Duration::ZERO));
                 let t = self.trouble();
                 t.overload_seq = Some(dispatched);
                 t.overload_spacing = base;
@@ -200,19 +235,23 @@ impl Signals {
             }
             Outcome::Success => {
                 let mut changed = false;
+                let weight = self.weight();
                 let Some(t) = self.trouble.as_deref_mut() else {
                     return Reaction { outcome, changed };
                 };
                 if !t.backoff_delay.is_zero() {
-                    let fast = t.backoff_delay > crate::time::mul_f64(t.overload_spacing, 1.25);
-                    t.backoff_delay -= t.backoff_delay / if fast { 16 } else { 256 };
-                    if t.backoff_delay < BACKOFF_GONE {
-                        t.backoff_delay = Duration::ZERO;
+                    for _ in 0..weight {
+                        let fast = t.backoff_delay > crate::time::mul_f64(t.overload_spacing, 1.25);
+                        t.backoff_delay -= t.backoff_delay / if fast { 16 } else { 256 };
+                        if t.backoff_delay < BACKOFF_GONE {
+                            t.backoff_delay = Duration::ZERO;
+                            break;
+                        }
                     }
                     changed = true;
                 }
                 if let Some(cap) = t.cap {
-                    t.cap_credit += 1;
+                    t.cap_credit += weight as usize;
                     if t.cap_credit >= cap {
                         t.cap_credit = 0;
                         changed = true;
@@ -378,6 +417,36 @@ mod tests {
         assert_eq!(s.overloads, 1);
         assert_eq!(s.backoff(), (Duration::ZERO, None));
         assert_eq!(s.effective(&p, t0 + 200 * MS), (Duration::ZERO, 8));
+    }
+
+    #[test]
+    fn in_a_fleet_the_backoff_is_sized_and_recovers_at_the_fleets_pace() {
+        let t0 = Instant::now();
+        let p = policy(0, 4);
+        // One worker of four: its own dispatches 200 ms apart, the fleet's
+        // 50 ms apart.
+        let mut s = Signals::new(0.0, 0);
+        s.on_dispatch(t0, None);
+        s.on_dispatch(t0 + 200 * MS, Some(t0));
+        s.on_fleet_dispatch(50 * MS);
+        s.on_outcome(t0, Outcome::Overload, 2, 2, &p, false);
+        // Twice the fleet's spacing, not twice this worker's (400 ms).
+        assert_eq!(s.backoff(), (100 * MS, Some(2)));
+        // One process dispatching every 50 ms.
+        let mut alone = Signals::new(0.0, 0);
+        alone.on_dispatch(t0, None);
+        alone.on_dispatch(t0 + 50 * MS, Some(t0));
+        alone.on_outcome(t0, Outcome::Overload, 2, 2, &p, false);
+        assert_eq!(alone.backoff(), s.backoff());
+        // One success of this worker stands for four of the fleet's.
+        for _ in 0..3 {
+            s.on_outcome(t0, Outcome::Success, 3, 3, &p, false);
+            for _ in 0..4 {
+                alone.on_outcome(t0, Outcome::Success, 3, 3, &p, false);
+            }
+            assert_eq!(s.backoff().0, alone.backoff().0);
+        }
+        assert!(s.backoff().0 < 100 * MS * 3 / 4, "{:?}", s.backoff());
     }
 
     #[test]

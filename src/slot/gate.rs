@@ -309,6 +309,15 @@ impl Permit {
         adjustment
     }
 
+    /// Keeps the fleet's place, and tells the slot the fleet's spacing it
+    /// reports.
+    pub(crate) fn set_lease(&mut self, lease: Option<Box<Lease>>) {
+        if let Some(gap) = lease.as_deref().and_then(Lease::gap) {
+            self.slot.lock().signals.on_fleet_dispatch(gap);
+        }
+        self.lease = lease;
+    }
+
     /// The slot this place belongs to.
     pub(crate) fn slot(&self) -> &Arc<Slot> {
         &self.slot
