@@ -76,8 +76,9 @@ struct Inner {
     /// Calls sent off the requests' path and not yet answered.
     pending: AtomicUsize,
     settled: Notify,
-    /// Word of places given back anywhere in the fleet.
+    /// Word of places given back anywhere in the fleet, on this channel.
     freed: Freed,
+    freed_channel: String,
 }
 
 /// The wake-ups of requests waiting for a place: every release publishes
@@ -190,7 +191,6 @@ fn worker_id() -> String {
 impl Inner {
     fn new(fleet: Fleet, client: redis::Client) -> Self {
         Inner {
-            fleet,
             client,
             conn: OnceCell::new(),
             down_until: Mutex::new(None),
@@ -206,12 +206,9 @@ impl Inner {
             pending: AtomicUsize::new(0),
             settled: Notify::new(),
             freed: Freed::default(),
+            freed_channel: format!("autothrottle:{}:freed", fleet.name),
+            fleet,
         }
-    }
-
-    /// The channel on which releases are announced.
-    fn freed_channel(&self) -> String {
-        format!("autothrottle:{}:freed", self.fleet.name)
     }
 
     /// Starts the subscription to word of places given back, once. It
@@ -227,7 +224,7 @@ impl Inner {
             return;
         };
         let weak = Arc::downgrade(self);
-        let (client, channel) = (self.client.clone(), self.freed_channel());
+        let (client, channel) = (self.client.clone(), self.freed_channel.clone());
         let (timeout, retry) = (self.fleet.timeout, self.fleet.retry_interval);
         runtime.spawn(async move {
             loop {
@@ -526,7 +523,7 @@ impl Inner {
                 .arg(limit)
                 .arg(inner.ttl_ms())
                 .arg(&inner.worker)
-                .arg(inner.freed_channel());
+                .arg(&inner.freed_channel);
             // A failed release does not make the worker throttle alone
             // (its reservations say whether Redis is there): it is tried
             // twice more, and if those fail too the place expires with its

@@ -174,19 +174,6 @@ impl Signals {
         });
     }
 
-    /// How many of the fleet's dispatches one of this worker's stands for
-    /// (1 without a fleet).
-    fn weight(&self) -> u32 {
-        let fleet = self.trouble.as_ref().and_then(|t| t.fleet_interval);
-        match (self.interval, fleet) {
-            (Some(own), Some(fleet)) if !fleet.is_zero() => (own.as_secs_f64()
-                / fleet.as_secs_f64())
-            .round()
-            .clamp(1.0, 64.0) as u32,
-            _ => 1,
-        }
-    }
-
     /// Takes in how a request ended. `seq` is the request's dispatch number
     /// and `dispatched` the slot's count of dispatches so far. With `owned`
     /// (a policy that reacts to overload itself), overloads are counted but
@@ -235,10 +222,11 @@ impl Signals {
             }
             Outcome::Success => {
                 let mut changed = false;
-                let weight = self.weight();
+                let own = self.interval;
                 let Some(t) = self.trouble.as_deref_mut() else {
                     return Reaction { outcome, changed };
                 };
+                let weight = weight(own, t.fleet_interval);
                 if !t.backoff_delay.is_zero() {
                     for _ in 0..weight {
                         let fast = t.backoff_delay > crate::time::mul_f64(t.overload_spacing, 1.25);
@@ -304,6 +292,17 @@ impl Signals {
         self.trouble
             .as_ref()
             .map_or((Duration::ZERO, None), |t| (t.backoff_delay, t.cap))
+    }
+}
+
+/// How many of the fleet's dispatches one of this worker's stands for,
+/// from the two spacings (1 without a fleet).
+fn weight(own: Option<Duration>, fleet: Option<Duration>) -> u32 {
+    match (own, fleet) {
+        (Some(own), Some(fleet)) if !fleet.is_zero() => (own.as_secs_f64() / fleet.as_secs_f64())
+            .round()
+            .clamp(1.0, 64.0) as u32,
+        _ => 1,
     }
 }
 
