@@ -5,6 +5,7 @@
 //! ```text
 //! cargo bench --bench hot_path                      # 1 000 000 requests
 //! cargo bench --bench hot_path -- oneshot           # each through svc.clone().oneshot()
+//! cargo bench --bench hot_path -- contended         # 64 tasks on 2 workers
 //! cargo bench --bench hot_path --no-run             # then, with the path it prints:
 //! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
 //! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
@@ -34,16 +35,51 @@ fn main() {
         .unwrap_or(1_000_000);
     // `oneshot`: each request through a fresh clone of the service.
     let oneshot = std::env::args().any(|a| a == "oneshot");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    // `contended`: 64 tasks on a 2-worker runtime share the one host.
+    let contended = std::env::args().any(|a| a == "contended");
+    let rt = if contended {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
     let layer = AutoThrottleLayer::new(Config::builder().policy(Fixed::unbound()).build().unwrap());
     let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| {
         ready(Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())))
     }));
     let uri: Uri = "http://host-1.example/page".parse().unwrap();
     let start = Instant::now();
+    if contended {
+        const TASKS: u64 = 64;
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..TASKS)
+                .map(|_| {
+                    let mut svc = svc.clone();
+                    let uri = uri.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..n / TASKS {
+                            let mut req = Request::new(());
+                            *req.uri_mut() = uri.clone();
+                            let response = svc.ready().await.unwrap().call(req).await.unwrap();
+                            drop(response);
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        let per = start.elapsed() / (n / TASKS * TASKS) as u32;
+        println!("hot_path: {n} requests from {TASKS} tasks on 2 workers, {per:?} per request");
+        return;
+    }
     rt.block_on(async {
         for _ in 0..n {
             let mut req = Request::new(());

@@ -96,6 +96,7 @@ impl Waiting {
             if check_evicted && state.evicted {
                 return None;
             }
+            let now = state.not_before_last_dispatch(now);
             if state.waiters.is_empty() && matches!(open(&state, now), Decision::Admit) {
                 state.last_used = now;
                 let seq = take_place(&mut state, now);
@@ -153,6 +154,7 @@ impl Waiting {
             let now = Instant::now();
             let decision = {
                 let mut state = self.slot.lock();
+                let now = state.not_before_last_dispatch(now);
                 let decision = decide(&state, ticket, now);
                 match decision {
                     Decision::Admit => {
@@ -352,5 +354,44 @@ impl fmt::Debug for Permit {
         f.debug_struct("Permit")
             .field("slot", &self.slot.key)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Policy, Sample, Throttle};
+    use crate::signals::Signals;
+    use crate::SlotKey;
+
+    /// No delay, a limit that never binds.
+    #[derive(Debug)]
+    struct Open;
+
+    impl Policy for Open {
+        fn throttle(&self) -> Throttle {
+            Throttle::new(0.0, usize::MAX)
+        }
+        fn on_sample(&mut self, _: &Sample) -> Throttle {
+            self.throttle()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dispatch_stamped_later_by_another_thread_does_not_hold_a_zero_delay_slot() {
+        let slot = Arc::new(Slot::new(
+            SlotKey::new("a.example"),
+            Box::new(Open),
+            Signals::new(0.0, 0),
+        ));
+        // Another thread read the clock after this one and dispatched
+        // first: the slot's last dispatch is later than this thread's `now`.
+        let later = Instant::now() + Duration::from_micros(3);
+        slot.lock().last_dispatch = Some(later);
+        let waiting = Waiting::enqueue(Arc::clone(&slot));
+        assert!(waiting.admitted.is_some(), "{waiting:?} waits");
+        let state = slot.lock();
+        assert!(state.waiters.is_empty());
+        assert_eq!(state.last_dispatch, Some(later));
     }
 }

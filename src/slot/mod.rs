@@ -276,6 +276,14 @@ impl SlotState {
         (!busy && !paused && !spacing).then_some(state.last_used)
     }
 
+    /// `now`, read before the lock was taken, or the slot's last dispatch
+    /// if another thread dispatched at a later instant in between: the
+    /// slot's time never runs backwards, so a zero delay never makes a
+    /// request wait for an instant that has already passed.
+    pub(crate) fn not_before_last_dispatch(&self, now: Instant) -> Instant {
+        self.last_dispatch.map_or(now, |last| last.max(now))
+    }
+
     /// Takes the waker of the request at the head of the queue, if any.
     pub(crate) fn take_head_waker(&mut self) -> Option<Waker> {
         self.waiters.values_mut().next().and_then(Option::take)
