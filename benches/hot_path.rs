@@ -5,7 +5,7 @@
 //! ```text
 //! cargo bench --bench hot_path                      # 1 000 000 requests
 //! cargo bench --bench hot_path -- oneshot           # each through svc.clone().oneshot()
-//! cargo bench --bench hot_path -- contended         # 64 tasks on 2 workers
+//! cargo bench --bench hot_path -- contended         # 64 tasks on 2 workers (TASKS=N: N)
 //! cargo bench --bench hot_path --no-run             # then, with the path it prints:
 //! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
 //! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
@@ -56,14 +56,19 @@ fn main() {
     let uri: Uri = "http://host-1.example/page".parse().unwrap();
     let start = Instant::now();
     if contended {
-        const TASKS: u64 = 64;
+        // `TASKS=N` in the environment: N tasks instead of 64.
+        let tasks_n: u64 = std::env::var("TASKS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(64)
+            .max(1);
         rt.block_on(async {
-            let tasks: Vec<_> = (0..TASKS)
+            let tasks: Vec<_> = (0..tasks_n)
                 .map(|_| {
                     let mut svc = svc.clone();
                     let uri = uri.clone();
                     tokio::spawn(async move {
-                        for _ in 0..n / TASKS {
+                        for _ in 0..n / tasks_n {
                             let mut req = Request::new(());
                             *req.uri_mut() = uri.clone();
                             let response = svc.ready().await.unwrap().call(req).await.unwrap();
@@ -76,8 +81,8 @@ fn main() {
                 task.await.unwrap();
             }
         });
-        let per = start.elapsed() / (n / TASKS * TASKS) as u32;
-        println!("hot_path: {n} requests from {TASKS} tasks on 2 workers, {per:?} per request");
+        let per = start.elapsed() / (n / tasks_n * tasks_n) as u32;
+        println!("hot_path: {n} requests from {tasks_n} tasks on 2 workers, {per:?} per request");
         return;
     }
     rt.block_on(async {

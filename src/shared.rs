@@ -122,14 +122,17 @@ impl Shared {
             return self.start_keyed(parts);
         };
         let start = self.start_keyed(parts);
-        *recent = match (&start, parts.uri.authority()) {
-            (Start::Queued(waiting), Some(authority)) => Some(Recent {
+        let slot = match &start {
+            Start::Queued(waiting) => waiting.slot(),
+            Start::Resolving(_) => None,
+        };
+        *recent = slot
+            .zip(parts.uri.authority())
+            .map(|(slot, authority)| Recent {
                 scheme: parts.uri.scheme().cloned(),
                 authority: authority.clone(),
-                slot: Arc::clone(waiting.slot()),
-            }),
-            _ => None,
-        };
+                slot: Arc::clone(slot),
+            });
         start
     }
 

@@ -43,7 +43,9 @@ use crate::signals::{Ended, Hints};
 
 /// A request waiting in its slot's queue.
 pub(crate) struct Waiting {
-    slot: Arc<Slot>,
+    /// Its slot; moved into the [`Permit`] at admission (one reference
+    /// count fewer to bump on a line other threads write too).
+    slot: Option<Arc<Slot>>,
     /// The ticket in the slot's queue; `None` once admitted.
     ticket: Option<u64>,
     /// Admitted when it joined (the queue was empty and the gate open): its
@@ -102,7 +104,7 @@ impl Waiting {
                 let seq = take_place(&mut state, now);
                 drop(state);
                 return Some(Waiting {
-                    slot,
+                    slot: Some(slot),
                     ticket: None,
                     admitted: Some(seq),
                     sleep: None,
@@ -115,16 +117,16 @@ impl Waiting {
             ticket
         };
         Some(Waiting {
-            slot,
+            slot: Some(slot),
             ticket: Some(ticket),
             admitted: None,
             sleep: None,
         })
     }
 
-    /// The slot it waits in.
-    pub(crate) fn slot(&self) -> &Arc<Slot> {
-        &self.slot
+    /// The slot it waits in, until admitted.
+    pub(crate) fn slot(&self) -> Option<&Arc<Slot>> {
+        self.slot.as_ref()
     }
 
     /// Waits until the request is admitted, then returns its place.
@@ -137,15 +139,18 @@ impl Waiting {
         pending: &mut Option<OwnedSemaphorePermit>,
     ) -> Poll<Permit> {
         if let Some(seq) = self.admitted.take() {
+            let Some(slot) = self.slot.take() else {
+                return Poll::Pending;
+            };
             return Poll::Ready(Permit {
-                slot: Arc::clone(&self.slot),
+                slot,
                 seq,
                 _pending: pending.take(),
                 lease: None,
                 released: false,
             });
         }
-        let Some(ticket) = self.ticket else {
+        let (Some(ticket), Some(slot)) = (self.ticket, self.slot.as_ref()) else {
             // Polled after admission: a bug in the caller, but not worth a
             // panic; it will never be admitted twice.
             return Poll::Pending;
@@ -153,7 +158,7 @@ impl Waiting {
         loop {
             let now = Instant::now();
             let decision = {
-                let mut state = self.slot.lock();
+                let mut state = slot.lock();
                 let now = state.not_before_last_dispatch(now);
                 let decision = decide(&state, ticket, now);
                 match decision {
@@ -169,8 +174,9 @@ impl Waiting {
                         }
                         self.ticket = None;
                         self.sleep = None;
+                        let slot = self.slot.take().expect("checked above");
                         return Poll::Ready(Permit {
-                            slot: Arc::clone(&self.slot),
+                            slot,
                             seq,
                             _pending: pending.take(),
                             lease: None,
@@ -242,14 +248,16 @@ fn open(state: &SlotState, now: Instant) -> Decision {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
+        // Admitted and its permit taken: nothing left here.
+        let Some(slot) = &self.slot else { return };
         if self.admitted.is_some() {
             // Admitted, but the permit was never taken: give the place back.
-            self.slot.release();
+            slot.release();
             return;
         }
         let Some(ticket) = self.ticket else { return };
         let wake = {
-            let mut state = self.slot.lock();
+            let mut state = slot.lock();
             let was_head = state.waiters.keys().next() == Some(&ticket);
             state.waiters.remove(&ticket);
             if was_head {
@@ -343,7 +351,7 @@ impl Drop for Permit {
 impl fmt::Debug for Waiting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Waiting")
-            .field("slot", &self.slot.key)
+            .field("slot", &self.slot.as_ref().map(|slot| &slot.key))
             .field("ticket", &self.ticket)
             .finish()
     }
