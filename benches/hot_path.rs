@@ -6,6 +6,7 @@
 //! cargo bench --bench hot_path                      # 1 000 000 requests
 //! cargo bench --bench hot_path -- oneshot           # each through svc.clone().oneshot()
 //! cargo bench --bench hot_path -- contended         # 64 tasks on 2 workers (TASKS=N: N)
+//! HOSTS=10000 cargo bench --bench hot_path          # round-robin over 10 000 hosts
 //! cargo bench --bench hot_path --no-run             # then, with the path it prints:
 //! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
 //! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
@@ -54,6 +55,25 @@ fn main() {
         ready(Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())))
     }));
     let uri: Uri = "http://host-1.example/page".parse().unwrap();
+    // `HOSTS=N` in the environment (one task only): requests round-robin
+    // over N hosts, each request to another slot than the last.
+    let hosts: Vec<Uri> = (0..std::env::var("HOSTS")
+        .ok()
+        .and_then(|h| h.parse().ok())
+        .unwrap_or(1usize)
+        .max(1))
+        .map(|i| format!("http://host-{i}.example/page").parse().unwrap())
+        .collect();
+    if hosts.len() > 1 {
+        // Every slot exists before the count starts.
+        rt.block_on(async {
+            for uri in &hosts {
+                let mut req = Request::new(());
+                *req.uri_mut() = uri.clone();
+                drop(svc.ready().await.unwrap().call(req).await.unwrap());
+            }
+        });
+    }
     let start = Instant::now();
     if contended {
         // `TASKS=N` in the environment: N tasks instead of 64.
@@ -86,9 +106,9 @@ fn main() {
         return;
     }
     rt.block_on(async {
-        for _ in 0..n {
+        for i in 0..n {
             let mut req = Request::new(());
-            *req.uri_mut() = uri.clone();
+            *req.uri_mut() = hosts[i as usize % hosts.len()].clone();
             let response = if oneshot {
                 svc.clone().oneshot(req).await.unwrap()
             } else {
