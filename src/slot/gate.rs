@@ -236,9 +236,15 @@ fn open(state: &SlotState, now: Instant) -> Decision {
     if state.in_flight >= limit || delay == Duration::MAX {
         return Decision::Wait;
     }
-    let spaced = state
-        .last_dispatch
-        .map(|last| crate::time::after(last, state.signals.gap(delay)));
+    // A zero delay (with any jitter) spaces nothing: the deadline is the
+    // last dispatch itself, without the arithmetic.
+    let spaced = if delay.is_zero() {
+        state.last_dispatch
+    } else {
+        state
+            .last_dispatch
+            .map(|last| crate::time::after(last, state.signals.gap(delay)))
+    };
     let paused = state.signals.paused_until();
     match spaced.into_iter().chain(paused).max() {
         Some(deadline) if deadline > now => Decision::WaitUntil(deadline),
