@@ -7,6 +7,7 @@
 //! cargo bench --bench hot_path -- oneshot           # each through svc.clone().oneshot()
 //! cargo bench --bench hot_path -- contended         # 64 tasks on 2 workers (TASKS=N: N)
 //! HOSTS=10000 cargo bench --bench hot_path          # round-robin over 10 000 hosts
+//! LAYER=tower-acc cargo bench --bench hot_path      # tower-acc's AIMD instead (or LAYER=bare)
 //! cargo bench --bench hot_path --no-run             # then, with the path it prints:
 //! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
 //! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
@@ -51,9 +52,7 @@ fn main() {
             .unwrap()
     };
     let layer = AutoThrottleLayer::new(Config::builder().policy(Fixed::unbound()).build().unwrap());
-    let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| {
-        ready(Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())))
-    }));
+    let mut svc = layer.layer(inner());
     let uri: Uri = "http://host-1.example/page".parse().unwrap();
     // `HOSTS=N` in the environment (one task only): requests round-robin
     // over N hosts, each request to another slot than the last.
@@ -105,18 +104,25 @@ fn main() {
         println!("hot_path: {n} requests from {tasks_n} tasks on 2 workers, {per:?} per request");
         return;
     }
-    rt.block_on(async {
-        for i in 0..n {
-            let mut req = Request::new(());
-            *req.uri_mut() = hosts[i as usize % hosts.len()].clone();
-            let response = if oneshot {
-                svc.clone().oneshot(req).await.unwrap()
-            } else {
-                svc.ready().await.unwrap().call(req).await.unwrap()
-            };
-            drop(response);
-        }
-    });
+    // `LAYER=bare` or `LAYER=tower-acc` in the environment: the same loop
+    // without the layer, or through tower-acc's AIMD limiter, to count
+    // their instructions beside the layer's.
+    match std::env::var("LAYER").as_deref() {
+        Ok("bare") => rt.block_on(sequential(inner(), &hosts, n, oneshot)),
+        Ok("tower-acc") => rt.block_on(sequential(
+            tower_acc::ConcurrencyLimitLayer::new(
+                tower_acc::Aimd::builder()
+                    .initial_limit(1 << 20)
+                    .max_limit(1 << 20)
+                    .build(),
+            )
+            .layer(inner()),
+            &hosts,
+            n,
+            oneshot,
+        )),
+        _ => rt.block_on(sequential(svc, &hosts, n, oneshot)),
+    }
     let per = start.elapsed() / n as u32;
     let how = if oneshot {
         ", each through a fresh clone"
@@ -124,4 +130,35 @@ fn main() {
         ""
     };
     println!("hot_path: {n} requests{how}, {per:?} per request");
+}
+
+type Res = Response<Empty<Bytes>>;
+type Answer = std::future::Ready<Result<Res, Infallible>>;
+type Inner = tower::util::ServiceFn<fn(Request<()>) -> Answer>;
+
+/// The always-ready inner service.
+fn inner() -> Inner {
+    fn answer(_req: Request<()>) -> Answer {
+        ready(Ok(Response::new(Empty::new())))
+    }
+    tower::service_fn(answer as fn(_) -> _)
+}
+
+/// `n` requests from one task, round-robin over `hosts`, through `svc`
+/// reused or (`oneshot`) through a fresh clone each.
+async fn sequential<S, B>(mut svc: S, hosts: &[Uri], n: u64, oneshot: bool)
+where
+    S: Service<Request<()>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    for i in 0..n {
+        let mut req = Request::new(());
+        *req.uri_mut() = hosts[i as usize % hosts.len()].clone();
+        let response = if oneshot {
+            svc.clone().oneshot(req).await.unwrap()
+        } else {
+            svc.ready().await.unwrap().call(req).await.unwrap()
+        };
+        drop(response);
+    }
 }
