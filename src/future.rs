@@ -122,55 +122,37 @@ where
         let mut this = self.project();
         let _entered = this.span.enter();
         loop {
-            match this.state.as_mut().project() {
+            // The states before the call end in an admitted request: it
+            // goes on below, without a stop in `Ready` when the inner
+            // service is ready at once (the common case).
+            let permit = match this.state.as_mut().project() {
                 StateProj::Resolving { resolving, pending } => {
                     let key = ready!(resolving.as_mut().poll(cx));
                     let waiting = this.shared.enqueue(key);
                     let pending = pending.take();
                     this.state.set(State::Waiting { waiting, pending });
+                    continue;
                 }
                 StateProj::Waiting { waiting, pending } => {
                     let permit = ready!(waiting.poll_admit(cx, pending));
                     tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
-                    match this.shared.reserve(&permit) {
-                        Some(reserving) => this.state.set(State::Reserving {
+                    if let Some(reserving) = this.shared.reserve(&permit) {
+                        this.state.set(State::Reserving {
                             reserving,
                             permit: Some(permit),
-                        }),
-                        None => this.state.set(State::Ready {
-                            permit: Some(permit),
-                        }),
+                        });
+                        continue;
                     }
+                    permit
                 }
                 StateProj::Reserving { reserving, permit } => {
                     let lease = ready!(reserving.as_mut().poll(cx));
                     let mut permit = permit.take().expect("the permit is taken only here");
                     permit.set_lease(lease.map(Box::new));
-                    this.state.set(State::Ready {
-                        permit: Some(permit),
-                    });
+                    permit
                 }
                 StateProj::Ready { permit } => {
-                    if let Err(error) = ready!(this.service.poll_ready(cx)) {
-                        let mut permit = permit.take().expect("the permit is taken only here");
-                        this.state.set(State::Done);
-                        return Poll::Ready(Err(this.shared.fail(
-                            &mut permit,
-                            Instant::now(),
-                            Duration::ZERO,
-                            error,
-                            *this.adjust,
-                        )));
-                    }
-                    let request = this.request.take().expect("the request is taken only here");
-                    let permit = permit.take();
-                    let started = Instant::now();
-                    let future = this.service.call(request);
-                    this.state.set(State::Calling {
-                        future,
-                        permit,
-                        started,
-                    });
+                    permit.take().expect("the permit is taken only here")
                 }
                 StateProj::Calling {
                     future,
@@ -210,6 +192,36 @@ where
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
                 StateProj::Done => panic!("ResponseFuture polled after completion"),
+            };
+            // Admitted: drive the inner service to readiness, and call it.
+            match this.service.poll_ready(cx) {
+                Poll::Pending => {
+                    this.state.set(State::Ready {
+                        permit: Some(permit),
+                    });
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(error)) => {
+                    let mut permit = permit;
+                    this.state.set(State::Done);
+                    return Poll::Ready(Err(this.shared.fail(
+                        &mut permit,
+                        Instant::now(),
+                        Duration::ZERO,
+                        error,
+                        *this.adjust,
+                    )));
+                }
+                Poll::Ready(Ok(())) => {
+                    let request = this.request.take().expect("the request is taken only here");
+                    let started = Instant::now();
+                    let future = this.service.call(request);
+                    this.state.set(State::Calling {
+                        future,
+                        permit: Some(permit),
+                        started,
+                    });
+                }
             }
         }
     }
