@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::request::Parts;
-use http::uri::{Authority, Scheme, Uri};
+use http::uri::{Scheme, Uri};
 use http::{Extensions, HeaderMap, StatusCode};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -42,12 +42,12 @@ pub(crate) enum Start {
     Resolving(BoxFuture<SlotKey>),
 }
 
-/// The slot a service's last request went to, by the scheme and authority
-/// of its URI (see [`Shared::start`]).
+/// The slot a service's last request went to (see [`Shared::start`]). A
+/// request goes there again when its scheme and authority spell the slot's
+/// key byte for byte: the key is the normalized `scheme://authority`, and
+/// normalizing a key changes nothing, so such a request is keyed to it.
 #[derive(Clone, Debug)]
 pub(crate) struct Recent {
-    scheme: Option<Scheme>,
-    authority: Authority,
     slot: Arc<Slot>,
 }
 
@@ -122,17 +122,12 @@ impl Shared {
             return self.start_keyed(parts);
         };
         let start = self.start_keyed(parts);
-        let slot = match &start {
-            Start::Queued(waiting) => waiting.slot(),
+        *recent = match &start {
+            Start::Queued(waiting) => waiting.slot().map(|slot| Recent {
+                slot: Arc::clone(slot),
+            }),
             Start::Resolving(_) => None,
         };
-        *recent = slot
-            .zip(parts.uri.authority())
-            .map(|(slot, authority)| Recent {
-                scheme: parts.uri.scheme().cloned(),
-                authority: authority.clone(),
-                slot: Arc::clone(slot),
-            });
         start
     }
 
@@ -155,11 +150,17 @@ impl Shared {
         recent: &mut Option<Recent>,
     ) -> Option<Start> {
         let memo = recent.as_ref()?;
-        let authority = uri.authority()?;
-        // Byte for byte: a request that differs only in case takes the
-        // longer way, to the same slot.
-        let same = memo.authority.as_str() == authority.as_str()
-            && memo.scheme.as_ref().map(Scheme::as_str) == uri.scheme().map(Scheme::as_str);
+        let authority = uri.authority()?.as_str();
+        // Byte for byte: a request that differs only in case, or names a
+        // default port, takes the longer way, to the same slot.
+        let scheme = uri.scheme().map_or("http", Scheme::as_str);
+        let same = memo
+            .slot
+            .key
+            .as_str()
+            .strip_prefix(scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
+            == Some(authority);
         if !same || !self.cacheable(extensions) {
             return None;
         }
