@@ -139,8 +139,9 @@ impl Shared {
             && extensions.get::<DownloadSlot>().is_none()
     }
 
-    /// Starts the request in the remembered slot, if it goes to the same
-    /// scheme and authority and the slot is still in the table; checked
+    /// Starts the request in the remembered slot, if its scheme and
+    /// authority spell that slot's key (see [`Recent`]) and the slot is
+    /// still in the table; checked
     /// before the request is taken apart, which the way through the table
     /// needs.
     pub(crate) fn start_recent(

@@ -42,7 +42,7 @@ pub(crate) use settings::{Overrides, Target};
 /// | [`seed`](ConfigBuilder::seed) | 0 | |
 /// | [`error_classifier`](ConfigBuilder::error_classifier) | [`classify_error`](crate::classify_error) | |
 /// | [`key_strategy`](ConfigBuilder::key_strategy) | [`KeyStrategy::Authority`] | `CONCURRENT_REQUESTS_PER_IP` (for [`KeyStrategy::ResolvedIp`]) |
-/// | [`resolver`](ConfigBuilder::resolver) | [`SystemResolver`](crate::SystemResolver) | |
+/// | [`resolver`](ConfigBuilder::resolver) | [`SystemResolver`] | |
 /// | [`dns_ttl`](ConfigBuilder::dns_ttl) | 60 s | |
 /// | [`dns_cache_size`](ConfigBuilder::dns_cache_size) | 10 000 | `DNSCACHE_SIZE` |
 /// | [`idle_timeout`](ConfigBuilder::idle_timeout) | 5 min | |

@@ -67,7 +67,7 @@ pub(crate) struct SlotState {
     pub(crate) dispatched: u64,
     responses: u64,
     /// Removed from the table: a request holding the slot from before (see
-    /// [`Recent`](crate::layer::Recent)) must not join it.
+    /// [`Recent`](crate::shared::Recent)) must not join it.
     pub(crate) evicted: bool,
 }
 
