@@ -37,7 +37,7 @@ fn main() {
         .unwrap_or(1_000_000);
     // `oneshot`: each request through a fresh clone of the service.
     let oneshot = std::env::args().any(|a| a == "oneshot");
-    // `contended`: 64 tasks on a 2-worker runtime share the one host.
+    // `contended`: 64 tasks on a 2-worker runtime share the host (or hosts).
     let contended = std::env::args().any(|a| a == "contended");
     let rt = if contended {
         tokio::runtime::Builder::new_multi_thread()
@@ -52,10 +52,9 @@ fn main() {
             .unwrap()
     };
     let layer = AutoThrottleLayer::new(Config::builder().policy(Fixed::unbound()).build().unwrap());
-    let mut svc = layer.layer(inner());
-    let uri: Uri = "http://host-1.example/page".parse().unwrap();
-    // `HOSTS=N` in the environment (one task only): requests round-robin
-    // over N hosts, each request to another slot than the last.
+    let svc = layer.layer(inner());
+    // `HOSTS=N` in the environment: requests round-robin over N hosts, each
+    // request to another slot than the last.
     let hosts: Vec<Uri> = (0..std::env::var("HOSTS")
         .ok()
         .and_then(|h| h.parse().ok())
@@ -65,13 +64,7 @@ fn main() {
         .collect();
     if hosts.len() > 1 {
         // Every slot exists before the count starts.
-        rt.block_on(async {
-            for uri in &hosts {
-                let mut req = Request::new(());
-                *req.uri_mut() = uri.clone();
-                drop(svc.ready().await.unwrap().call(req).await.unwrap());
-            }
-        });
+        rt.block_on(sequential(svc.clone(), &hosts, hosts.len() as u64, false));
     }
     let start = Instant::now();
     if contended {
@@ -84,16 +77,8 @@ fn main() {
         rt.block_on(async {
             let tasks: Vec<_> = (0..tasks_n)
                 .map(|_| {
-                    let mut svc = svc.clone();
-                    let uri = uri.clone();
-                    tokio::spawn(async move {
-                        for _ in 0..n / tasks_n {
-                            let mut req = Request::new(());
-                            *req.uri_mut() = uri.clone();
-                            let response = svc.ready().await.unwrap().call(req).await.unwrap();
-                            drop(response);
-                        }
-                    })
+                    let (svc, hosts) = (svc.clone(), hosts.clone());
+                    tokio::spawn(async move { sequential(svc, &hosts, n / tasks_n, false).await })
                 })
                 .collect();
             for task in tasks {

@@ -139,9 +139,7 @@ impl Waiting {
         pending: &mut Option<OwnedSemaphorePermit>,
     ) -> Poll<Permit> {
         if let Some(seq) = self.admitted.take() {
-            let Some(slot) = self.slot.take() else {
-                return Poll::Pending;
-            };
+            let slot = self.slot.take().expect("set with the admission");
             return Poll::Ready(Permit {
                 slot,
                 seq,
