@@ -74,8 +74,12 @@ policy_params! {
     ///   to 32 windows (doubling after each probe that finds a queue), and a
     ///   clean probe forgets the knee (the host grew).
     /// - **Large changes.** Answers in a row above twice the reference's
-    ///   typical latency cut at once, and answers in a row below half of it
-    ///   replace the reference at once; the run is long enough that noise
+    ///   typical latency cut at once; answers in a row below half of it (or
+    ///   above twice it, one request at a time) open a fresh window at
+    ///   once, of at least 16 answers, and that window, judged whole,
+    ///   replaces the reference if it differs (the run itself is chosen by
+    ///   its latency: taken as the reference, a run of noise would make the
+    ///   next answers look like a queue). The run is long enough that noise
     ///   of the reference's spread makes one less than once in a million
     ///   answers (6 for a steady host, 9 for a log-normal σ 0.8).
     /// - **Cut, then verify.** A cut goes to `Ĉ` less what noise cannot
@@ -217,6 +221,7 @@ impl Adaptive {
             probe_every: MIN_PROBE_EVERY,
             probing: false,
             weak_exit: false,
+            remeasuring: false,
             provisional: true,
             verify: None,
             suspect: None,
@@ -590,6 +595,9 @@ struct Knee {
     /// Startup ended on a small sample: the first window after may find
     /// it spurious, and resume it.
     weak_exit: bool,
+    /// A window was opened afresh on a run of answers far from the
+    /// reference: no other run counts until it is judged.
+    remeasuring: bool,
     /// The reference holds Startup's answers: round trips cut short by the
     /// next level, which keep the quick answers of a heavy tail and miss
     /// the slow ones. The first full window below the knee replaces it.
@@ -690,6 +698,7 @@ impl Knee {
     }
 
     fn clear_window(&mut self) {
+        self.remeasuring = false;
         self.window = Acc::default();
         self.above = 0;
         self.below = 0;
@@ -1088,11 +1097,11 @@ impl Knee {
     /// After each answer in Cruise: fast checks on the latest answers, then the
     /// window's.
     fn cruise(&mut self, at: f64) {
-        let testing = self.verify.is_some() || self.base_probe.is_some();
+        let testing = self.verify.is_some() || self.base_probe.is_some() || self.remeasuring;
         let run = self.fast_run();
         if self.above >= run && !testing && self.run.mean_in_flight() <= 1.0 {
             // One at a time, the host itself got slower.
-            self.rebase(self.run, at);
+            self.remeasure(at);
             return;
         }
         if self.above >= run && !testing {
@@ -1103,7 +1112,7 @@ impl Knee {
             }
         }
         if self.below >= run && !testing {
-            self.rebase(self.run, at);
+            self.remeasure(at);
             return;
         }
         let Some(test) = Test::new(&self.window, &self.reference) else {
@@ -1178,6 +1187,10 @@ impl Knee {
             // The window that replaces Startup's reference holds as many
             // answers.
             want = want.max(self.reference.n);
+        }
+        if self.remeasuring {
+            // Enough to replace the reference.
+            want = want.max(2.0 * MIN_REFERENCE);
         }
         if !self.complete(want, at) {
             return;
@@ -1384,6 +1397,14 @@ impl Knee {
             }
         }
         self.reset_window(at);
+    }
+
+    /// A run of answers far from the reference: a fresh window, judged
+    /// whole, tells whether the host changed (the run itself is chosen by
+    /// its latency, so it says nothing unbiased of the host's).
+    fn remeasure(&mut self, at: f64) {
+        self.reset_window(at);
+        self.remeasuring = true;
     }
 
     /// The host got faster (or slower, after a verified drift): the
@@ -1796,6 +1817,49 @@ mod tests {
             limits.push(p.throttle().concurrency());
         }
         limits
+    }
+
+    /// Answers at `latency`, `n` of them, a millisecond apart from `now`,
+    /// with `in_flight` out.
+    fn answers(p: &mut Knee, latency: f64, n: usize, in_flight: usize, now: &mut f64) {
+        for _ in 0..n {
+            *now += 0.001;
+            p.on_sample(&at(latency, in_flight, *now));
+        }
+    }
+
+    #[test]
+    fn a_run_of_quick_answers_is_not_taken_for_the_host() {
+        // Settled at 8 workers × 100 ms, then ten answers in a row at a
+        // tenth of that (noise chosen by its latency), then the host as
+        // before: the reference stays, and so does the level.
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
+        assert_eq!(k.phase, Phase::Cruise);
+        let (before, level) = (k.reference.mean_latency(), limits[59]);
+        let mut now = k.last_at + 0.1;
+        answers(&mut k, 0.01, 10, level, &mut now);
+        for _ in 0..40 {
+            answers(&mut k, 0.1, 1, level, &mut now);
+            let after = k.reference.mean_latency();
+            assert!((after / before - 1.0).abs() < 0.1, "{before} → {after}");
+            assert!(
+                k.throttle().concurrency() >= level - 1,
+                "{level} → {:?}",
+                k.throttle()
+            );
+        }
+    }
+
+    #[test]
+    fn a_host_ten_times_quicker_is_measured_afresh() {
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
+        let level = limits[59];
+        let mut now = k.last_at + 0.1;
+        answers(&mut k, 0.01, 40, level, &mut now);
+        let base = k.reference.mean_latency();
+        assert!((0.009..0.012).contains(&base), "{base}");
     }
 
     #[test]
