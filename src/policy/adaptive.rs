@@ -116,8 +116,10 @@ policy_params! {
     ///   answers to the requests in flight at the event may lower it
     ///   further by the share of them refused. Raises up to what was served
     ///   stay free; above it they are probes, by bisection towards the level
-    ///   that failed, paid from a budget of 0.5 % of answers and no sooner
-    ///   than 20 pauses after the event. Overload answers never enter
+    ///   that failed, paid from a budget of 0.5 % of answers (an event
+    ///   costs its overloads and, with a pause, the answers the pause kept
+    ///   from being sent at the level's rate) and no sooner than 20 pauses
+    ///   after the event. Overload answers never enter
     ///   latency statistics, but they count against their window: one
     ///   refused more often than noise explains (one standard error above
     ///   the tolerated 2 %) neither raises the level nor counts as clean,
@@ -299,7 +301,8 @@ const MIN_SHARE_RUN: f64 = 4.0;
 const H_EVENT: f64 = 6.907_755_278_982_137;
 /// The cut of an overload when no cleaner level is known (BBRv2, CUBIC).
 const BETA: f64 = 0.7;
-/// Probes above an overload ceiling cost at most this share of answers.
+/// Probes above an overload ceiling cost at most this share of answers
+/// (a pause counted as the answers it kept from being sent).
 const E_BUDGET: f64 = 0.005;
 /// …and come no sooner than this many pauses after the event.
 const PAUSE_SPACING: f64 = 20.0;
@@ -1463,7 +1466,12 @@ impl Knee {
                     self.set_level(probe.max(level + self.min_step()), at);
                 }
             } else if self.err_ceiling.is_finite() {
-                let budget = self.event_errors as f64 / E_BUDGET;
+                // A pause costs the answers it kept from being sent, at the
+                // level's rate (Little's law), besides the overloads.
+                let paused = self
+                    .base()
+                    .map_or(0.0, |base| self.event_pause * self.level / base);
+                let budget = (self.event_errors as f64 + paused) / E_BUDGET;
                 let waited = at - self.last_event >= PAUSE_SPACING * self.event_pause;
                 if self.answers_since_event as f64 >= budget && waited {
                     let probe = (self.err_ceiling + self.err_hi.min(2.0 * self.err_ceiling)) / 2.0;
@@ -1985,6 +1993,32 @@ mod tests {
                 "{rate}/s at {latency} s: {refused} of {sent} refused"
             );
         }
+    }
+
+    #[test]
+    fn a_probe_after_a_pause_pays_for_the_pause() {
+        // At a rate of 0.4 (20 requests per second at 20 ms) below a
+        // ceiling a pause of 1 s set: that pause kept 20 answers from being
+        // sent, so with the overload itself the next probe waits for
+        // 21 / 0.5 % = 4 200 answers, not 200.
+        let mut k = Adaptive::default().knee();
+        for _ in 0..20 {
+            k.reference.push(0.02, 1.0);
+        }
+        k.phase = Phase::Cruise;
+        k.level = 0.4;
+        k.err_ceiling = 0.4;
+        k.err_hi = 0.5;
+        k.last_event = 0.0;
+        k.event_errors = 1;
+        k.event_pause = 1.0;
+        let at = 100.0;
+        k.answers_since_event = 4_000;
+        k.raise(at);
+        assert_eq!(k.level, 0.4, "probed after 4 000 answers");
+        k.answers_since_event = 4_200;
+        k.raise(at);
+        assert!(k.level > 0.4, "no probe after 4 200 answers");
     }
 
     #[test]
