@@ -13,6 +13,7 @@ use tower_autothrottle::policy::{Adaptive, MakePolicy, Scrapy2012};
 fn scenario(name: &str) -> Scenario {
     sim::scenarios()
         .into_iter()
+        .chain(sim::wide_scenarios())
         .find(|s| s.name == name)
         .unwrap()
 }
@@ -549,6 +550,11 @@ fn goal_many_small_hosts() {
     seeds("tiny-400", 0.9, 1.0, 5.0);
 }
 
+#[test]
+fn goal_drift_down() {
+    seeds("drift-down", 0.9, 1.0, 5.0);
+}
+
 // Below the goal, which the default misses there (BENCHMARKS.md gives the
 // figures): floors a little under what it does on seeds 1 to 5 today, so
 // that a change that makes it worse shows.
@@ -567,7 +573,15 @@ fn floor_heavy_tails() {
 #[test]
 fn floor_drift() {
     seeds("drift-up", 0.7, 1.0, 5.0);
-    seeds("drift-down", 0.9, 1.0, 5.0);
+}
+
+#[test]
+fn floor_heavy_tails_at_a_thousand_workers() {
+    // `--wide`: 60 % of the oracle on seed 1, mean queue 0.5 (17 % while a
+    // run of quick answers was taken for the host; 22 to 60 % on seeds 1 to
+    // 3, mean queue up to 3.0). One seed: 200 000 requests take a minute
+    // and a half in a debug build for three.
+    meets("w1000-100ms-ln0.8", 1, 0.3, 1.0, 5.0);
 }
 
 #[test]
