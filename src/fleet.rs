@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crate::key::BoxFuture;
 use crate::key::SlotKey;
+use crate::policy::Sample;
+use tokio::time::Instant;
 
 /// What the slot decided locally, handed to the coordinator.
 #[derive(Clone, Copy, Debug)]
@@ -17,13 +19,35 @@ pub(crate) struct Local {
     pub(crate) limit: usize,
 }
 
+/// A sample another worker of the fleet took of the slot, `age` before
+/// the reservation that brought it was granted.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct Remote {
+    pub(crate) age: Duration,
+    pub(crate) sample: Sample,
+}
+
+/// What the slot learned from the request that held a place: the delay and
+/// limit it allows since, and the sample its policy took (and when).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
+pub(crate) struct Learned {
+    pub(crate) local: Local,
+    pub(crate) sample: Option<(Sample, Instant)>,
+}
+
+/// The release of a place: what the slot learned, if anything.
+type Release = Box<dyn FnOnce(Option<Learned>) + Send + Sync>;
+
 /// A fleet-wide place, given back when dropped (with what the slot learned
 /// meanwhile, if anything).
 pub(crate) struct Lease {
-    release: Option<Box<dyn FnOnce(Option<Local>) + Send + Sync>>,
-    learned: Option<Local>,
+    release: Option<Release>,
+    learned: Option<Learned>,
     in_flight: usize,
     gap: Option<Duration>,
+    remote: Vec<Remote>,
 }
 
 impl Lease {
@@ -32,14 +56,29 @@ impl Lease {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn new(
         in_flight: usize,
-        release: impl FnOnce(Option<Local>) + Send + Sync + 'static,
+        release: impl FnOnce(Option<Learned>) + Send + Sync + 'static,
     ) -> Self {
         Lease {
             release: Some(Box::new(release)),
             learned: None,
             in_flight,
             gap: None,
+            remote: Vec::new(),
         }
+    }
+
+    /// The samples the fleet's other workers took of the slot since this
+    /// worker last heard, oldest first.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn with_remote(mut self, remote: Vec<Remote>) -> Self {
+        self.remote = remote;
+        self
+    }
+
+    /// Takes the samples of [`with_remote`](Self::with_remote), for the
+    /// slot's policy.
+    pub(crate) fn take_remote(&mut self) -> Vec<Remote> {
+        std::mem::take(&mut self.remote)
     }
 
     /// The place was granted `gap` after the fleet's previous dispatch of
@@ -60,9 +99,14 @@ impl Lease {
         self.in_flight
     }
 
-    /// Records what the slot learned, to be shared when the place goes back.
-    pub(crate) fn learned(&mut self, local: Local) {
-        self.learned = Some(local);
+    /// Records what the slot learned, to be shared when the place goes back:
+    /// the delay and limit it allows, and the sample its policy took at
+    /// `at`, if any.
+    pub(crate) fn learned(&mut self, local: Local, sample: Option<Sample>, at: Instant) {
+        self.learned = Some(Learned {
+            local,
+            sample: sample.map(|s| (s, at)),
+        });
     }
 }
 

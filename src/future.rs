@@ -148,7 +148,7 @@ where
                 StateProj::Reserving { reserving, permit } => {
                     let lease = ready!(reserving.as_mut().poll(cx));
                     let mut permit = permit.take().expect("the permit is taken only here");
-                    permit.set_lease(lease.map(Box::new));
+                    this.shared.set_lease(&mut permit, lease);
                     permit
                 }
                 StateProj::Ready { permit } => {

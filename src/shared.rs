@@ -264,9 +264,16 @@ impl Shared {
         };
         let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
         if let Some(reserving) = self.reserve(&permit) {
-            permit.set_lease(reserving.await.map(Box::new));
+            self.set_lease(&mut permit, reserving.await);
         }
         permit
+    }
+
+    /// Gives `permit` the fleet's place the reservation brought, with its
+    /// word from the fleet (see [`Permit::set_lease`]).
+    pub(crate) fn set_lease(&self, permit: &mut Permit, lease: Option<Lease>) {
+        let now = Instant::now();
+        permit.set_lease(lease.map(Box::new), now, self.table.clock(now));
     }
 
     /// Classifies an inner error: by the configured classifier, else by

@@ -34,8 +34,9 @@ use hyper_util::rt::TokioExecutor;
 use redis_server::RedisServer;
 use tokio::time::Instant;
 use tower::{ServiceBuilder, ServiceExt};
+use tower_autothrottle::policy::{MakePolicy, Outcome, Policy, Sample, Throttle};
 use tower_autothrottle::redis::Fleet;
-use tower_autothrottle::{AutoThrottleLayer, Config};
+use tower_autothrottle::{AutoThrottleLayer, Config, ConfigError, SlotKey};
 
 /// How much a gap at the server may fall short of the schedule: the
 /// request that opens it can be held up on its way by a busy machine.
@@ -362,6 +363,107 @@ async fn a_worker_that_joins_obeys_what_the_fleet_learned() {
     assert_eq!(host.stats.max_active(), 1, "one at a time, as A learned");
     let gap = host.stats.min_gap().unwrap();
     assert!(gap + GAP_SLACK >= delay, "smallest gap {gap:?}");
+}
+
+/// A policy that lets 8 go at once without a delay and keeps every sample
+/// it is given, for the test to read.
+#[derive(Clone, Debug, Default)]
+struct Recording(std::sync::Arc<std::sync::Mutex<Vec<Sample>>>);
+
+impl Recording {
+    fn seen(&self) -> Vec<Sample> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Policy for Recording {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(0.0, 8)
+    }
+    fn on_sample(&mut self, sample: &Sample) -> Throttle {
+        self.0.lock().unwrap().push(*sample);
+        self.throttle()
+    }
+}
+
+impl MakePolicy for Recording {
+    fn name(&self) -> &'static str {
+        "recording"
+    }
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    fn make_policy(&self, _: &SlotKey) -> Box<dyn Policy> {
+        Box::new(self.clone())
+    }
+}
+
+fn recording_worker(fleet: Fleet) -> (AutoThrottleLayer, Recording) {
+    let policy = Recording::default();
+    let config = Config::builder()
+        .policy(policy.clone())
+        .fleet(fleet)
+        .build()
+        .unwrap();
+    (AutoThrottleLayer::new(config), policy)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_worker_learns_from_the_whole_fleets_answers() {
+    if !redis_for("every_worker_learns_from_the_whole_fleets_answers", false) {
+        return;
+    }
+    let redis = RedisServer::any().await;
+    let host = site::host().await;
+    let name = fleet_name();
+    let (a, seen_a) = recording_worker(Fleet::new(redis.url(), &name));
+    let (b, seen_b) = recording_worker(Fleet::new(redis.url(), &name));
+    let (svc_a, svc_b) = (client(&a), client(&b));
+    // A alone: four answers after 60 ms, one 503.
+    for _ in 0..4 {
+        assert_eq!(get(&svc_a, &host.url("/ok?ms=60")).await, StatusCode::OK);
+    }
+    assert_eq!(
+        get(&svc_a, &host.url("/status/503")).await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    a.flush().await;
+    assert_eq!(
+        seen_a.seen().len(),
+        5,
+        "A's policy saw its own answers once"
+    );
+    // B's first reservation brings A's five answers to B's policy, before
+    // B's own.
+    assert_eq!(get(&svc_b, &host.url("/ok")).await, StatusCode::OK);
+    b.flush().await;
+    let got = seen_b.seen();
+    assert_eq!(got.len(), 6, "A's five, then B's own: {got:?}");
+    for s in &got[..4] {
+        assert_eq!(s.status(), Some(StatusCode::OK));
+        assert!(s.latency_secs() >= 0.060, "A's latency, {s:?}");
+        assert!(s.in_flight() >= 1);
+    }
+    assert_eq!(got[4].status(), Some(StatusCode::SERVICE_UNAVAILABLE));
+    assert_eq!(got[4].outcome(), Outcome::Overload);
+    assert!(
+        got[5].latency_secs() < 0.060,
+        "B's own answer, {:?}",
+        got[5]
+    );
+    // Stamped in B's clock, no later than B's own answer.
+    let own_at = got[5].at_secs().unwrap();
+    assert!(got[..5].iter().all(|s| s.at_secs().unwrap() <= own_at));
+    // A hears of B's answer (and of nothing of its own again).
+    assert_eq!(get(&svc_a, &host.url("/ok")).await, StatusCode::OK);
+    a.flush().await;
+    let got = seen_a.seen();
+    assert_eq!(got.len(), 7, "A's five, B's one, A's own: {got:?}");
+    assert!(got[5].latency_secs() < 0.060 && got[5].status() == Some(StatusCode::OK));
+    // Each sample goes to each worker once: nothing new comes again.
+    assert_eq!(get(&svc_b, &host.url("/ok")).await, StatusCode::OK);
+    b.flush().await;
+    assert_eq!(seen_b.seen().len(), 8, "B: A's sixth answer, then its own");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,20 +13,20 @@ use tokio::sync::{Notify, OnceCell};
 use tokio::time::Instant;
 
 use super::Fleet;
-use crate::fleet::{Coordinator, Lease, Local};
+use crate::fleet::{Coordinator, Learned, Lease, Local, Remote};
 use crate::key::{BoxFuture, SlotKey};
+use crate::policy::{Outcome, Sample};
 
-/// Reserves a dispatch: `{1, in_flight, gap_us}` when granted (`gap_us`: since
-/// the fleet's previous dispatch of the slot, -1 if unknown or a pause lay
-/// between), `{0, wait_us, -1}` when the schedule or a pause holds it back,
-/// `{0, -1, -1}` when the limit is reached.
+/// Reserves a dispatch, and brings the other workers' samples since this
+/// one last heard (the script's header says the reply's shape).
 /// The fleet's delay and limit are the most careful of the workers' fresh
 /// words (the longest delay, the lowest limit); words older than a lease
 /// (`ARGV[3]`) are dropped.
 const RESERVE: &str = include_str!("reserve.lua");
 
 /// Gives a place back, with what the slot learned (if anything), under the
-/// worker's own field.
+/// worker's own field, and the sample the slot's policy took to the slot's
+/// stream.
 const RELEASE: &str = include_str!("release.lua");
 
 /// Pauses the slot for `ARGV[1]` µs from Redis's now.
@@ -130,7 +130,7 @@ impl Drop for Interest<'_> {
 }
 
 enum Reply {
-    Granted(usize, Option<Duration>),
+    Granted(usize, Option<Duration>, Vec<Remote>),
     Wait(Duration),
     Full,
 }
@@ -278,6 +278,11 @@ impl Inner {
         (hash, leases)
     }
 
+    /// The slot's stream of samples, beside its hash (same hash tag).
+    fn samples_key(hash: &str) -> String {
+        format!("{hash}:samples")
+    }
+
     fn ttl_ms(&self) -> u64 {
         let ttl = self.fleet.idle_ttl.max(self.fleet.lease);
         u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -360,17 +365,21 @@ impl Inner {
         let (hash, leases) = self.keys(key);
         let mut call = self.reserve.key(&hash);
         call.key(&leases)
+            .key(Inner::samples_key(&hash))
             .arg(micros(local.delay))
             .arg(local.limit.max(1) as u64)
             .arg(micros(self.fleet.lease))
             .arg(lease)
-            .arg(self.ttl_ms());
-        Ok(match self.invoke::<(i64, String, String)>(&call).await? {
-            (1, in_flight, gap) => Reply::Granted(
+            .arg(self.ttl_ms())
+            .arg(&self.worker);
+        type Answer = (i64, String, String, String, Vec<String>);
+        Ok(match self.invoke::<Answer>(&call).await? {
+            (1, in_flight, gap, now, samples) => Reply::Granted(
                 in_flight.parse().unwrap_or(1),
                 gap.parse::<u64>().ok().map(Duration::from_micros),
+                remote_samples(&now, &samples),
             ),
-            (_, wait, _) => match wait.parse::<i64>() {
+            (_, wait, _, _, _) => match wait.parse::<i64>() {
                 Ok(us) if us >= 0 => Reply::Wait(Duration::from_micros(us as u64)),
                 _ => Reply::Full,
             },
@@ -401,7 +410,7 @@ impl Inner {
             let reply = self.try_reserve(&key, local, &id).await;
             attempt.disarm();
             match reply {
-                Ok(Reply::Granted(in_flight, gap)) => {
+                Ok(Reply::Granted(in_flight, gap, remote)) => {
                     self.answered();
                     self.hold(&key, &id);
                     let inner = Arc::clone(&self);
@@ -409,7 +418,7 @@ impl Inner {
                         inner.live().remove(&id);
                         inner.give_back(key, id, learned)
                     });
-                    return Some(lease.with_gap(gap));
+                    return Some(lease.with_gap(gap).with_remote(remote));
                 }
                 Ok(Reply::Wait(wait)) => {
                     self.answered();
@@ -508,22 +517,35 @@ impl Inner {
     }
 
     /// Gives a place back, off the request's path.
-    fn give_back(self: Arc<Self>, key: SlotKey, id: String, learned: Option<Local>) {
+    fn give_back(self: Arc<Self>, key: SlotKey, id: String, learned: Option<Learned>) {
         let inner = Arc::clone(&self);
         self.background(async move {
             let (hash, leases) = inner.keys(&key);
             let (delay, limit) = match learned {
-                Some(l) => (micros(l.delay).to_string(), l.limit.max(1).to_string()),
+                Some(l) => (
+                    micros(l.local.delay).to_string(),
+                    l.local.limit.max(1).to_string(),
+                ),
                 None => (String::new(), String::new()),
+            };
+            let (sample, age) = match learned.and_then(|l| l.sample) {
+                Some((sample, at)) => (
+                    encode_sample(&sample),
+                    micros(Instant::now().saturating_duration_since(at)),
+                ),
+                None => (String::new(), 0),
             };
             let mut call = inner.release.key(&hash);
             call.key(&leases)
+                .key(Inner::samples_key(&hash))
                 .arg(&id)
                 .arg(delay)
                 .arg(limit)
                 .arg(inner.ttl_ms())
                 .arg(&inner.worker)
-                .arg(&inner.freed_channel);
+                .arg(&inner.freed_channel)
+                .arg(sample)
+                .arg(age);
             // A failed release does not make the worker throttle alone
             // (its reservations say whether Redis is there): it is tried
             // twice more, and if those fail too the place expires with its
@@ -608,6 +630,90 @@ impl Drop for Attempt {
     }
 }
 
+/// A sample as the slot's stream keeps it (after the `at_us:` the release
+/// puts first): `latency_us:status:outcome:in_flight:pause_us`, with status
+/// 0 for an answer that had none and the outcome `s`, `o` or `i`
+/// (success, overload, ignore).
+fn encode_sample(sample: &Sample) -> String {
+    let outcome = match sample.outcome() {
+        Outcome::Success => 's',
+        Outcome::Overload => 'o',
+        _ => 'i',
+    };
+    format!(
+        "{}:{}:{outcome}:{}:{}",
+        secs_to_micros(sample.latency_secs()),
+        sample.status().map_or(0, |s| s.as_u16()),
+        sample.in_flight(),
+        secs_to_micros(sample.pause_secs()),
+    )
+}
+
+/// Whole microseconds of `secs`, within `u64` (not-a-number as 0).
+fn secs_to_micros(secs: f64) -> u64 {
+    let us = (secs * 1e6).round();
+    if us.is_nan() || us <= 0.0 {
+        0
+    } else if us >= (u64::MAX / 2) as f64 {
+        u64::MAX / 2
+    } else {
+        us as u64
+    }
+}
+
+/// The samples of a reservation's answer (see [`encode_sample`]), each
+/// with its age at Redis's `now`; one that does not parse (another
+/// version's worker) is left out.
+fn remote_samples(now: &str, samples: &[String]) -> Vec<Remote> {
+    let Ok(now) = now.parse::<u64>() else {
+        return Vec::new();
+    };
+    samples
+        .iter()
+        .filter_map(|s| {
+            let parsed = decode_sample(s);
+            if parsed.is_none() {
+                tracing::debug!(sample = %s, "a fleet sample that does not parse is left out");
+            }
+            let (at, sample) = parsed?;
+            Some(Remote {
+                age: Duration::from_micros(now.saturating_sub(at)),
+                sample,
+            })
+        })
+        .collect()
+}
+
+fn decode_sample(s: &str) -> Option<(u64, Sample)> {
+    let mut fields = s.split(':');
+    let mut next = || fields.next();
+    let at = next()?.parse::<u64>().ok()?;
+    let latency = next()?.parse::<u64>().ok()? as f64 / 1e6;
+    let status = next()?.parse::<u16>().ok()?;
+    let outcome = match next()? {
+        "s" => Outcome::Success,
+        "o" => Outcome::Overload,
+        "i" => Outcome::Ignore,
+        _ => return None,
+    };
+    let in_flight = next()?.parse::<usize>().ok()?;
+    let pause = next()?.parse::<u64>().ok()? as f64 / 1e6;
+    if next().is_some() {
+        return None;
+    }
+    let sample = match status {
+        0 => Sample::error(latency, outcome),
+        code => Sample::from_secs_f64(latency, http::StatusCode::from_u16(code).ok()?),
+    };
+    Some((
+        at,
+        sample
+            .with_outcome(outcome)
+            .with_in_flight(in_flight)
+            .with_pause(pause),
+    ))
+}
+
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros())
         .unwrap_or(u64::MAX / 2)
@@ -641,7 +747,47 @@ impl fmt::Debug for RedisFleet {
 
 #[cfg(test)]
 mod tests {
-    use super::{supported, worker_id};
+    use std::time::Duration;
+
+    use http::StatusCode;
+
+    use super::{decode_sample, encode_sample, remote_samples, supported, worker_id};
+    use crate::policy::{Outcome, Sample};
+
+    #[test]
+    fn a_sample_crosses_the_fleet_as_it_was_taken() {
+        let samples = [
+            Sample::from_secs_f64(0.123_456, StatusCode::OK).with_in_flight(7),
+            Sample::from_secs_f64(0.002, StatusCode::TOO_MANY_REQUESTS)
+                .with_in_flight(1)
+                .with_pause(1.5),
+            Sample::from_secs_f64(0.3, StatusCode::SERVICE_UNAVAILABLE)
+                .with_outcome(Outcome::Ignore)
+                .with_in_flight(3),
+            Sample::error(2.0, Outcome::Overload).with_in_flight(4),
+        ];
+        for sample in samples {
+            let (at, back) = decode_sample(&format!("1000:{}", encode_sample(&sample))).unwrap();
+            assert_eq!(at, 1000);
+            assert_eq!(back, sample);
+        }
+        let remote = remote_samples(
+            "1500000",
+            &[
+                format!("1000000:{}", encode_sample(&samples[0])),
+                "900000:12:200:s:1".to_owned(),
+                "900000:12:200:x:1:0".to_owned(),
+                "900000:12:200:s:1:0:9".to_owned(),
+                "garbage".to_owned(),
+                format!("2000000:{}", encode_sample(&samples[1])),
+            ],
+        );
+        assert_eq!(remote.len(), 2, "the four malformed ones are left out");
+        assert_eq!(remote[0].age, Duration::from_millis(500));
+        assert_eq!(remote[0].sample, samples[0]);
+        assert_eq!(remote[1].age, Duration::ZERO, "from ahead of now: age 0");
+        assert!(remote_samples("not a time", &["1:1:200:s:1:0".to_owned()]).is_empty());
+    }
 
     #[test]
     fn redis_5_and_later_on_one_node_are_supported() {

@@ -11,6 +11,16 @@
 //! - **the in-flight count**: the same script takes a place, a *lease* that
 //!   expires after [`Fleet::lease`] unless given back, so the limit holds
 //!   fleet-wide and a crashed worker's places come back on their own;
+//! - **the answers**: the sample each worker's policy takes of a response
+//!   (latency, status, outcome, the fleet's in-flight count, the pause it
+//!   brought) joins the slot's stream in Redis when the place is given
+//!   back, stamped with Redis's clock; each reservation brings the worker
+//!   the other workers' samples since it last heard, and its policy takes
+//!   them in as its own (its answers first, as they come; theirs at its
+//!   next dispatch, dated by their age on Redis's clock). So every worker's
+//!   policy learns from the whole fleet's answers: one controller,
+//!   replicated, whose successes and overloads count once each, wherever
+//!   they were answered;
 //! - **what was learned**: the delay and limit each worker's policy arrives
 //!   at are written back, under the worker's name, when a place is given
 //!   back; every reservation applies the most careful of the workers' fresh
@@ -90,17 +100,23 @@
 //! |---|---|---|
 //! | `autothrottle:{F:K}` | hash | `next`: the earliest next dispatch, µs of Redis's clock; `last`: the last dispatch, µs; `pause`: no dispatch before this, µs; `w:WORKER`: `delay_us:limit:at_us`, what that worker learned last |
 //! | `autothrottle:{F:K}:leases` | sorted set | one member per place in use, scored by its expiry (µs) |
+//! | `autothrottle:{F:K}:samples` | stream, the last 64 entries | one per response a worker's policy took in: `w` the worker, `s` `at_us:latency_us:status:outcome:in_flight:pause_us` |
 //!
-//! Both keys share a hash tag, so they would live on one node of a Redis
+//! The hash also holds `c:WORKER`, the last sample that worker heard of (a
+//! stream id), dropped once older than a lease.
+//!
+//! The keys share a hash tag, so they would live on one node of a Redis
 //! Cluster; but the connection talks to one node, so a cluster is refused
 //! at connect, as is a Redis older than 5.0 (the scripts read `TIME` before
 //! they write, which needs the script effects replication 5.0 brought): the
 //! worker then logs why at `error` level and throttles alone (or waits,
 //! with [`Fleet::fail_closed`]), as when Redis is unreachable. Any Redis
 //! from 5.0 on, or a Redis-compatible server that reports such a
-//! `redis_version` in `INFO`, works. Every reservation sets both to expire
-//! after [`Fleet::idle_ttl`] (a pause keeps them at least that long after
-//! its end), so idle slots vanish from Redis on their own.
+//! `redis_version` in `INFO`, works. Every reservation sets the hash and the leases to
+//! expire after [`Fleet::idle_ttl`] (a pause keeps them at least that long
+//! after its end), and every release the stream, so idle slots vanish from
+//! Redis on their own. A slot's stream holds at most 64 samples of about
+//! 60 bytes each.
 //!
 //! # Consistency, and its limits
 //!
@@ -114,10 +130,18 @@
 //!   limit. Only a worker that dies (or loses Redis for longer than a
 //!   lease) lets its places expire; the lease (default 60 s) is how long
 //!   the fleet waits for them then.
-//! - The fleet's delay and limit are the most careful of the workers'
-//!   words, not a merged policy: each worker's policy learns from its own
-//!   responses (with the fleet's in-flight count), and a slow learner holds
-//!   the fleet back until it catches up.
+//! - Every worker's policy takes in the same answers, but not at the same
+//!   moments nor quite in the same order: its own at once, the others' at
+//!   its next dispatch (a worker that dispatches rarely hears at most the
+//!   last 64, and none older than a lease; a sample whose release failed
+//!   is not shared). A policy dates a sample by its age on Redis's clock
+//!   and takes one older than its last as of now. So the replicas agree
+//!   up to the samples still in transit; the fleet applies the most
+//!   careful of their words (the longest delay, the lowest limit), so a
+//!   replica that lags holds the fleet back until it catches up, and
+//!   none can open the slot wider than the others learned. The layer's
+//!   own reactions to an answer (its overload backoff, a pause) are the
+//!   receiving worker's, shared through its word and the slot's pause.
 //! - While a worker throttles on its own (Redis unreachable), the fleet's
 //!   budget is not shared with it: the fleet can then exceed the delay and
 //!   limit, by at most that worker's own share. `fail_closed` prevents it.

@@ -315,19 +315,27 @@ impl Permit {
         let adjustment = self.slot.on_end(now, ended);
         self.released |= release;
         if let Some(lease) = self.lease.as_mut() {
-            lease.learned(Local {
-                delay: adjustment.delay,
-                limit: adjustment.limit,
-            });
+            lease.learned(
+                Local {
+                    delay: adjustment.delay,
+                    limit: adjustment.limit,
+                },
+                adjustment.sample,
+                now,
+            );
         }
         adjustment
     }
 
-    /// Keeps the fleet's place, and tells the slot the fleet's spacing it
-    /// reports.
-    pub(crate) fn set_lease(&mut self, lease: Option<Box<Lease>>) {
-        if let Some(gap) = lease.as_deref().and_then(Lease::gap) {
-            self.slot.lock().signals.on_fleet_dispatch(gap);
+    /// Keeps the fleet's place, tells the slot the fleet's spacing it
+    /// reports, and hands the slot's policy the samples the fleet's other
+    /// workers took (`at`: the slot's clock now).
+    pub(crate) fn set_lease(&mut self, mut lease: Option<Box<Lease>>, now: Instant, at: f64) {
+        if let Some(lease) = lease.as_deref_mut() {
+            if let Some(gap) = lease.gap() {
+                self.slot.lock().signals.on_fleet_dispatch(gap);
+            }
+            self.slot.learn_remote(&lease.take_remote(), now, at);
         }
         self.lease = lease;
     }

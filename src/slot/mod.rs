@@ -24,6 +24,7 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio::time::Instant;
 
+use crate::fleet::Remote;
 use crate::key::SlotKey;
 use crate::policy::{Outcome, Policy, Sample, Throttle};
 use crate::signals::{Ended, Signals};
@@ -78,6 +79,8 @@ pub(crate) struct Adjustment {
     pub(crate) limit: usize,
     pub(crate) outcome: Outcome,
     pub(crate) changed: bool,
+    /// The sample the policy took, if it took one (a fleet shares it).
+    pub(crate) sample: Option<Sample>,
 }
 
 impl Slot {
@@ -168,6 +171,7 @@ impl Slot {
             if ended.adjust {
                 state.throttle = state.policy.on_sample(&sample);
             }
+            let sample = ended.adjust.then_some(sample);
             let (delay, limit) = state.signals.effective(&state.throttle, now);
             let changed = before != ((delay, limit), state.signals.paused_until());
             if ended.release {
@@ -188,6 +192,7 @@ impl Slot {
                 limit,
                 outcome: reaction.outcome,
                 changed,
+                sample,
             };
             (adjustment, wake)
         };
@@ -195,6 +200,39 @@ impl Slot {
             waker.wake();
         }
         adjustment
+    }
+
+    /// Takes in the samples the fleet's other workers took of this slot
+    /// (see [`Remote`]), as if they were its own: the policy learns from
+    /// the whole fleet's answers. `at` is the slot's clock now; each sample
+    /// is stamped its age before it. The layer's own signals (backoff,
+    /// pauses) do not see them: the worker that got the answer reacted,
+    /// and shares its reaction through the fleet.
+    pub(crate) fn learn_remote(&self, remote: &[Remote], now: Instant, at: f64) {
+        if remote.is_empty() {
+            return;
+        }
+        let wake = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let before = state.signals.effective(&state.throttle, now);
+            let policy = &mut state.policy;
+            let last = remote.iter().fold(None, |_, r| {
+                let sample = r.sample.with_at((at - r.age.as_secs_f64()).max(0.0));
+                Some(policy.on_sample(&sample))
+            });
+            if let Some(throttle) = last {
+                state.throttle = throttle;
+            }
+            if state.signals.effective(&state.throttle, now) != before {
+                state.take_head_waker()
+            } else {
+                None
+            }
+        };
+        if let Some(waker) = wake {
+            waker.wake();
+        }
     }
 
     /// The delay and limit in force at `now`.
