@@ -6,10 +6,11 @@
 use std::fmt;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::key::BoxFuture;
 use crate::key::SlotKey;
 use crate::policy::Sample;
-use tokio::time::Instant;
 
 /// What the slot decided locally, handed to the coordinator.
 #[derive(Clone, Copy, Debug)]

@@ -79,8 +79,13 @@ fn redis_for(test: &str, own: bool) -> bool {
 }
 
 fn worker(fleet: Fleet, delay: Duration, limit: usize) -> AutoThrottleLayer {
+    worker_with(Scripted::new(delay, limit), fleet)
+}
+
+/// A worker of `fleet` whose slots run `policy`.
+fn worker_with(policy: impl MakePolicy, fleet: Fleet) -> AutoThrottleLayer {
     let config = Config::builder()
-        .policy(Scripted::new(delay, limit))
+        .policy(policy)
         .fleet(fleet)
         .build()
         .unwrap();
@@ -400,12 +405,7 @@ impl MakePolicy for Recording {
 
 fn recording_worker(fleet: Fleet) -> (AutoThrottleLayer, Recording) {
     let policy = Recording::default();
-    let config = Config::builder()
-        .policy(policy.clone())
-        .fleet(fleet)
-        .build()
-        .unwrap();
-    (AutoThrottleLayer::new(config), policy)
+    (worker_with(policy.clone(), fleet), policy)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,6 +16,7 @@ use super::Fleet;
 use crate::fleet::{Coordinator, Learned, Lease, Local, Remote};
 use crate::key::{BoxFuture, SlotKey};
 use crate::policy::{Outcome, Sample};
+use crate::time::secs_to_duration;
 
 /// Reserves a dispatch, and brings the other workers' samples since this
 /// one last heard (the script's header says the reply's shape).
@@ -642,23 +643,11 @@ fn encode_sample(sample: &Sample) -> String {
     };
     format!(
         "{}:{}:{outcome}:{}:{}",
-        secs_to_micros(sample.latency_secs()),
+        micros(secs_to_duration(sample.latency_secs())),
         sample.status().map_or(0, |s| s.as_u16()),
         sample.in_flight(),
-        secs_to_micros(sample.pause_secs()),
+        micros(secs_to_duration(sample.pause_secs())),
     )
-}
-
-/// Whole microseconds of `secs`, within `u64` (not-a-number as 0).
-fn secs_to_micros(secs: f64) -> u64 {
-    let us = (secs * 1e6).round();
-    if us.is_nan() || us <= 0.0 {
-        0
-    } else if us >= (u64::MAX / 2) as f64 {
-        u64::MAX / 2
-    } else {
-        us as u64
-    }
 }
 
 /// The samples of a reservation's answer (see [`encode_sample`]), each
