@@ -555,6 +555,12 @@ fn goal_drift_down() {
     seeds("drift-down", 0.9, 1.0, 5.0);
 }
 
+#[test]
+fn goal_rate_limit_with_retry_after() {
+    // Met on seeds 1-5 since the pause measures the token bucket (9e4fb28).
+    seeds("rate-limited", 0.9, 1.0, 5.0);
+}
+
 // Below the goal, which the default misses there (BENCHMARKS.md gives the
 // figures): floors a little under what it does on seeds 1 to 5 today, so
 // that a change that makes it worse shows.
@@ -586,7 +592,6 @@ fn floor_heavy_tails_at_a_thousand_workers() {
 
 #[test]
 fn floor_retry_after() {
-    seeds("rate-limited", 0.85, 1.0, 5.0);
     seeds("storm", 0.75, 1.0, 5.0);
 }
 
