@@ -133,7 +133,9 @@ policy_params! {
     ///   nothing (a server refusing everything for now) starts the count
     ///   afresh.
     /// - **Probes above an overload.** Raises up to what was served (or
-    ///   the bucket's rate) stay free; above it they are probes, by
+    ///   the bucket's rate, or at a rate without a pause the share served,
+    ///   not the count, which still holds the burst the limit allowed
+    ///   first) stay free; above it they are probes, by
     ///   bisection towards the level that failed, paid from a budget of
     ///   0.5 % of answers (an event costs its overloads and, with a pause,
     ///   the answers the pause kept from being sent at the level's rate)
@@ -1729,12 +1731,16 @@ impl Knee {
             // probes paid from a budget.
             self.err_hi = self.level;
             // (After a pause, what was served may hold a burst the server
-            // allowed once: the ceiling is the safe level.)
+            // allowed once: the ceiling is the safe level. At a rate, the
+            // share served is the rate limit's own measure, where the
+            // count of successes still holds the burst it allowed first:
+            // kept as the ceiling, a few per cent above the limit would
+            // be refused for good, below what the CUSUM can see.)
             let ceiling = match served_level {
                 Some((served, _)) if pause == 0.0 && served < self.level => served.max(level),
                 _ => level,
             };
-            self.err_ceiling = share_top.map_or(ceiling, |top| top.max(ceiling));
+            self.err_ceiling = share_top.unwrap_or(ceiling);
         }
         self.clean = None;
         self.step = self.min_step();
