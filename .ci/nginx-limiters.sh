@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Crawls behind nginx's stock rate limiter (limit_req ... nodelay) on
+# 127.0.0.1 and counts, at the server, what nginx answered: the figures for
+# issue 12's real-socket goal (under 2 % refused at >= 0.9 of the rate).
+# Not run by CI (it needs nginx: apt-get install nginx-light).
+#
+#   bash .ci/nginx-limiters.sh [PAGES] [CRAWL_BINARY]
+#
+# Three servers: 20 r/s burst 5 answering 503 (nginx's default), the same
+# answering 429 (limit_req_status 429; nginx sends no Retry-After), and
+# 100 r/s burst 20 answering 503. Each line: the statuses nginx logged, the
+# crawl's time, and the refusals per second of the run (second:count).
+set -euo pipefail
+pages=${1:-600}
+crawl=${2:-target/release/examples/crawl}
+[ -x "$crawl" ] || cargo build --release --example crawl
+dir=$(mktemp -d)
+# (nginx's worker reads the page as another user.)
+chmod 755 "$dir"
+trap 'nginx -c "$dir/nginx.conf" -p "$dir" -s stop >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+mkdir -p "$dir/logs" "$dir/html"
+echo ok > "$dir/html/ok.txt"
+chmod -R a+rX "$dir/html"
+cat > "$dir/nginx.conf" <<CONF
+worker_processes 1;
+error_log $dir/logs/error.log crit;
+pid $dir/nginx.pid;
+events { worker_connections 1024; }
+http {
+  access_log $dir/logs/access.log;
+  limit_req_zone \$server_port zone=r20:1m rate=20r/s;
+  limit_req_zone \$server_port zone=r100:1m rate=100r/s;
+  # (try_files, not return: return answers before limit_req runs.)
+  server { listen 127.0.0.1:18091; location / { limit_req zone=r20 burst=5 nodelay; root $dir/html; try_files /ok.txt =404; } }
+  server { listen 127.0.0.1:18092; location / { limit_req zone=r20 burst=5 nodelay; limit_req_status 429; root $dir/html; try_files /ok.txt =404; } }
+  server { listen 127.0.0.1:18093; location / { limit_req zone=r100 burst=20 nodelay; root $dir/html; try_files /ok.txt =404; } }
+}
+CONF
+nginx -c "$dir/nginx.conf" -p "$dir"
+sleep 0.5
+for port in 18091 18092 18093; do
+  seq 1 "$pages" | sed "s#^#http://127.0.0.1:$port/p#" > "$dir/urls"
+  : > "$dir/logs/access.log"
+  "$crawl" --urls "$dir/urls" --json --quiet --timeout 600 > "$dir/out.json" 2>/dev/null
+  statuses=$(awk '{print $9}' "$dir/logs/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')
+  elapsed=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['elapsed_secs'], 1))" "$dir/out.json")
+  refused=$(awk '{split($4, a, ":"); s = a[3] * 60 + a[4]; if (!t0) t0 = s; if ($9 != 200) c[int(s - t0)]++} END {for (k in c) printf "%s:%s ", k, c[k]}' "$dir/logs/access.log" | tr ' ' '\n' | sort -n | tr '\n' ' ')
+  echo "port $port: $statuses in ${elapsed}s; refused per second: $refused"
+done
