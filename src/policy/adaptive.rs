@@ -116,7 +116,7 @@ policy_params! {
     ///   β (BBRv2's bound on a round's cut). The answers to the requests in
     ///   flight at the event may lower it further by the share of them
     ///   refused.
-    /// - **Token buckets.** Most servers that send `Retry-After` ration
+    /// - **Token buckets.** Many servers that send `Retry-After` ration
     ///   requests with a token bucket (rate `R`, burst `B`: nginx's
     ///   `limit_req`, Envoy's local rate limit, API gateways). Between two
     ///   pauses the slot sends an *episode*: sent at one level, it ends
