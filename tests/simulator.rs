@@ -456,7 +456,14 @@ fn many_hosts_with_one_task_per_request_each_run_alone() {
 
 #[test]
 fn new_scenarios_are_identical_for_a_seed() {
-    for name in ["storm", "errors-0.5", "drift-up", "queue-503", "limit-req"] {
+    for name in [
+        "storm",
+        "errors-0.5",
+        "drift-up",
+        "queue-503",
+        "limit-req",
+        "limit-req-fast",
+    ] {
         let s = scenario(name);
         let a = sim::run(&s, &default_policy(), 3);
         let b = sim::run(&s, &default_policy(), 3);

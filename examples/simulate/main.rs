@@ -82,6 +82,9 @@
 //! | `drop` | 16 workers, 50 ms; 4 from 10 s to 25 s | 6 000 |
 //! | `heavy-tail` | 8 workers, Pareto 1.5, mean 100 ms | 2 000 |
 //! | `rate-limited` | 20/s, burst 5, 429 + `Retry-After` beyond | 1 000 |
+//! | `limit-req` | 20/s, burst 5, 503 beyond (nginx's `limit_req nodelay`), 20 ms | 1 000 |
+//! | `limit-req-fast` | the same before a static file: 1.5 ms ± 50 % | 1 000 |
+//! | `limit-conn` | 8 workers, 50 ms; 503 beyond 8 in service (nginx's `limit_conn`) | 4 800 |
 //! | `multi-host` | 1 × 200 ms, 4 × 80 ms, 16 × 40 ms, 32 × 100 ms | 7 600 |
 //! | `slow-huge` | unbounded workers, 1 s ± 10 % | 100 000, 4 096 tasks |
 //! | `lognormal` | 8 workers, log-normal σ 0.8, mean 100 ms | 3 000 |

@@ -395,6 +395,20 @@ pub fn scenarios() -> Vec<Scenario> {
             1000,
         ),
         single(
+            "limit-req-fast",
+            "20 requests/s (burst 5), 503 without Retry-After beyond, 1.5 ms ± 50 % (nginx's limit_req before a static file)",
+            Model::rate_limited(
+                20.0,
+                5.0,
+                ServiceTime::Uniform {
+                    base: Duration::from_micros(1500),
+                    spread: 0.5,
+                },
+            )
+            .without_retry_after(),
+            1000,
+        ),
+        single(
             "limit-conn",
             "8 workers, 50 ms ± 10 %; 503 beyond 8 in service (nginx's limit_conn)",
             Model::queue(8, uniform(50)).with_max_queue(0),
