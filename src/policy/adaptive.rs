@@ -20,7 +20,10 @@ policy_params! {
     /// the *knee* `C`, then growing. The policy keeps one control variable,
     /// the *level* `λ`, the requests it aims to have in flight: the limit is
     /// `round(λ)`, and below 1 the level is a rate (one request every
-    /// `T₀ / λ`). It learns `T₀` and the noise of latencies from samples
+    /// `T₀ / λ`, with the `T₀` measured when the level went below 1: a
+    /// rate limit's rate does not move when the latency is measured
+    /// afresh, so neither does the spacing). It learns `T₀` and the noise
+    /// of latencies from samples
     /// that cannot hold a queue of its own, and the knee from samples that
     /// do: at a level with mean in flight `n̄` and mean latency `T̄`, the
     /// host serves `Ĉ = n̄ · T₀ / T̄` at once. Errors (429, 503, timeouts,
@@ -152,7 +155,9 @@ policy_params! {
     ///   requests over half the no-load latency, `T₀ / (2λ)` (BBR's pacing
     ///   gain of 2: it never binds before the limit); below a millisecond
     ///   (tokio's timer resolution) there is none. Below 1 the delay is the
-    ///   rate, `T₀ / λ`. Both are kept within `[min_delay, max_delay]`.
+    ///   rate, `T₀ / λ`, with the `T₀` of when the level went below 1 (a
+    ///   re-measured latency moves no rate limit). Both are kept within
+    ///   `[min_delay, max_delay]`.
     ///
     /// There is no default cap: the level grows only while its limit is in
     /// use, so it stays within a step of what the host serves, and a host of
@@ -270,6 +275,7 @@ impl Adaptive {
             run_errors: 0,
             err_hi: f64::INFINITY,
             err_ceiling: f64::INFINITY,
+            rate_unit: f64::NAN,
             delay: self.start_delay.max(self.min_delay),
             config: self.clone(),
         }
@@ -680,6 +686,9 @@ struct Knee {
     /// The level that failed, and the clean level below it.
     err_hi: f64,
     err_ceiling: f64,
+    /// At a rate (a level below 1), the no-load latency its levels are in,
+    /// taken when the level went below 1 (NaN above).
+    rate_unit: f64,
     delay: f64,
     config: Adaptive,
 }
@@ -703,10 +712,36 @@ impl Knee {
         (self.reference.n > 0.0).then(|| self.reference.mean_latency())
     }
 
+    /// The latency that turns a rate into a level (a level `λ` below 1 is
+    /// one request every `unit / λ`): at a rate, the no-load latency when
+    /// the level went below 1, kept while it stays there; else the no-load
+    /// latency. A rate limit's rate does not move when the latency is
+    /// measured afresh: with the unit following the reference, the spacing
+    /// would, and a slot kept just below a rate limit would be sent above
+    /// it (or far below it) by a better measure of its latency.
+    fn unit(&self) -> Option<f64> {
+        if self.level < 1.0 && self.rate_unit > 0.0 {
+            Some(self.rate_unit)
+        } else {
+            self.base()
+        }
+    }
+
+    /// Takes the rate unit as the level goes below 1 to `level` (the
+    /// no-load latency then), keeps it while it stays there, and drops it
+    /// above.
+    fn keep_unit(&mut self, level: f64) {
+        if level >= 1.0 {
+            self.rate_unit = f64::NAN;
+        } else if !(self.level < 1.0 && self.rate_unit > 0.0) {
+            self.rate_unit = self.base().unwrap_or(f64::NAN);
+        }
+    }
+
     /// The lowest level: one request every `max_delay` (or one at a time,
     /// for a host slower than that).
     fn min_level(&self) -> f64 {
-        self.base()
+        self.unit()
             .map_or(0.0, |b| b / self.config.max_delay.max(1e-9))
             .clamp(1e-6, 1.0)
     }
@@ -714,6 +749,7 @@ impl Knee {
     /// Sets the level, starting a new window.
     fn set_level(&mut self, level: f64, at: f64) {
         let level = within(level, self.min_level(), self.max_level());
+        self.keep_unit(level);
         if level != self.level {
             self.suspect = None;
             // In Cruise the first round trip at a new level is a transient
@@ -828,20 +864,20 @@ impl Knee {
 
     fn pace(&mut self) {
         let known = self
-            .base()
+            .unit()
             .or_else(|| self.last_event.is_finite().then_some(NO_SERVICE_BASE));
-        let Some(base) = known else {
+        let Some(unit) = known else {
             return;
         };
         let delay = if self.level >= 1.0 {
-            let pacing = base / (G_PACE * self.level);
+            let pacing = unit / (G_PACE * self.level);
             if pacing < TIMER_RESOLUTION {
                 0.0
             } else {
                 pacing
             }
         } else {
-            base / self.level
+            unit / self.level
         };
         self.delay = within(delay, self.config.min_delay, self.config.max_delay);
     }
@@ -950,7 +986,8 @@ impl Knee {
     /// Counts a success at `at` in the buckets.
     fn bucket_len(&self) -> f64 {
         let base = self.base().unwrap_or(0.0);
-        (BUCKET_ROUNDS * base).max(BUCKET_SENDS * base / self.level)
+        let unit = self.unit().unwrap_or(0.0);
+        (BUCKET_ROUNDS * base).max(BUCKET_SENDS * unit / self.level)
     }
 
     fn served(&mut self, at: f64) {
@@ -974,7 +1011,7 @@ impl Knee {
             return None;
         }
         let n = n as f64;
-        let level = n / span * self.base()?;
+        let level = n / span * self.unit()?;
         (level > 0.0).then_some((level, level * (1.0 - 1.0 / n.sqrt())))
     }
 
@@ -1513,8 +1550,8 @@ impl Knee {
                 // A pause costs the answers it kept from being sent, at the
                 // level's rate (Little's law), besides the overloads.
                 let paused = self
-                    .base()
-                    .map_or(0.0, |base| self.event_pause * self.level / base);
+                    .unit()
+                    .map_or(0.0, |unit| self.event_pause * self.level / unit);
                 let budget = (self.event_errors as f64 + paused) / E_BUDGET;
                 let waited = at - self.last_event >= PAUSE_SPACING * self.event_pause;
                 if self.answers_since_event as f64 >= budget && waited {
@@ -1574,7 +1611,9 @@ impl Knee {
         let allowed = batch.level * batch.ok as f64 / total as f64;
         if allowed < self.level {
             self.err_ceiling = self.err_ceiling.min(allowed);
-            self.level = allowed.max(self.min_level());
+            let level = allowed.max(self.min_level());
+            self.keep_unit(level);
+            self.level = level;
             self.pace();
         }
     }
@@ -1636,7 +1675,7 @@ impl Knee {
         // server allowed after it.
         let fresh = at - self.resumed < 2.0 * self.bucket_len();
         let bucket = if pause > 0.0 {
-            self.bucket_rate(sent).and_then(|r| Some(r * self.base()?))
+            self.bucket_rate(sent).and_then(|r| Some(r * self.unit()?))
         } else {
             None
         };
@@ -2194,17 +2233,50 @@ mod tests {
         assert_eq!(episode(&mut c, 31, 1.3), None);
     }
 
+    /// A controller in Cruise whose no-load latency is `latency`, from 20
+    /// answers.
+    fn cruising(latency: f64) -> Knee {
+        let mut k = Adaptive::default().knee();
+        for _ in 0..20 {
+            k.reference.push(latency, 1.0);
+        }
+        k.phase = Phase::Cruise;
+        k
+    }
+
+    #[test]
+    fn a_rate_keeps_its_spacing_when_the_latency_is_measured_afresh() {
+        // At 2 ms, a level of 0.04 is one request every 50 ms (20/s).
+        let mut k = cruising(0.002);
+        k.set_level(0.04, 1.0);
+        assert!((k.delay - 0.05).abs() < 1e-9, "{}", k.delay);
+        // Quicker answers bring the no-load latency down to about 0.6 ms:
+        // the rate limit behind the slot has not moved, nor does its
+        // spacing, now or at the next level.
+        for _ in 0..200 {
+            k.reference.push(0.0005, 1.0);
+        }
+        assert!(k.base().unwrap() < 0.001);
+        k.pace();
+        assert!((k.delay - 0.05).abs() < 1e-9, "{}", k.delay);
+        k.set_level(0.05, 2.0);
+        assert!((k.delay - 0.04).abs() < 1e-9, "{}", k.delay);
+        // Above a rate the level counts requests in flight, whatever the
+        // latency; back at a rate, the unit is the latency then.
+        k.set_level(2.0, 3.0);
+        assert!(k.rate_unit.is_nan());
+        k.set_level(0.05, 4.0);
+        assert_eq!(k.rate_unit, k.base().unwrap());
+        assert!((k.delay - k.base().unwrap() / 0.05).abs() < 1e-12);
+    }
+
     #[test]
     fn a_probe_after_a_pause_pays_for_the_pause() {
         // At a rate of 0.4 (20 requests per second at 20 ms) below a
         // ceiling a pause of 1 s set: that pause kept 20 answers from being
         // sent, so with the overload itself the next probe waits for
         // 21 / 0.5 % = 4 200 answers, not 200.
-        let mut k = Adaptive::default().knee();
-        for _ in 0..20 {
-            k.reference.push(0.02, 1.0);
-        }
-        k.phase = Phase::Cruise;
+        let mut k = cruising(0.02);
         k.level = 0.4;
         k.err_ceiling = 0.4;
         k.err_hi = 0.5;
