@@ -113,7 +113,13 @@ policy_params! {
     ///   the level times that share, at least (and above one request in
     ///   flight, where a refused request frees its place at once and
     ///   answers over-count refusals, only when nothing else is known).
-    ///   After a pause, at least by β = 0.7 when that count began with the
+    ///   When none of them was served (`n ≥ 4` refused in a row at a
+    ///   rate), the share is Laplace's rule of succession, `1 / (n + 2)`,
+    ///   and raises stay free up to the rule of three, `3 / n` of the
+    ///   level, or β (the 95 % bound of a share none of `n` showed): a
+    ///   client that starts at thousands of requests a second against a
+    ///   rate limit of 20 finds it in a few events, not a score of cuts by
+    ///   β. After a pause, at least by β = 0.7 when that count began with the
     ///   pause before (it may hold the burst a token bucket allowed then);
     ///   without a pause, never below the last clean level and at most by
     ///   β (BBRv2's bound on a round's cut). The answers to the requests in
@@ -1030,6 +1036,29 @@ impl Knee {
         Some(self.level * ok / n)
     }
 
+    /// At a rate, an event without a pause that ends a run refused whole
+    /// (every answer to the requests sent at the level since the last
+    /// event, at least [`MIN_SHARE_RUN`]): the host served none of `n`, so
+    /// its share is estimated by Laplace's rule of succession, `1 / (n +
+    /// 2)`, and bounded above by the rule of three, `3 / n` (the 95 %
+    /// bound of a share of which none of `n` was seen), or β if lower.
+    /// Returns the level times each. `None` above a rate: there a refused
+    /// request frees its place at once, so refusals outrun the successes
+    /// still being served, and a run refused whole says little (a server
+    /// that refuses beyond its workers, as nginx's `limit_conn` does,
+    /// would be cut far below them).
+    fn refused_whole(&self, pause: f64) -> Option<(f64, f64)> {
+        let n = self.run_answers as f64;
+        if pause > 0.0
+            || self.level >= 1.0
+            || n < MIN_SHARE_RUN
+            || self.run_errors < self.run_answers
+        {
+            return None;
+        }
+        Some((self.level / (n + 2.0), self.level * (3.0 / n).min(BETA)))
+    }
+
     fn on_success(&mut self, latency: f64, in_flight: usize, at: f64, sent: f64, belongs: Belongs) {
         if sent >= self.last_event {
             self.count(false);
@@ -1667,6 +1696,7 @@ impl Knee {
         let errors = self.errors;
         let share = self.served_share(false);
         let share_any = self.served_share(true);
+        let succession = self.refused_whole(pause);
         // Raises are free up to the share served.
         let mut share_top = None;
         let served_level = self.served_level(at);
@@ -1743,14 +1773,20 @@ impl Knee {
             }
         } else {
             let served = served_level.map(|(_, safe)| safe);
-            match share {
+            match (succession, share) {
+                // A run refused whole: nothing is served at this rate now,
+                // whatever was served or clean before it.
+                (Some((estimate, top)), _) => {
+                    share_top = Some(top);
+                    estimate
+                }
                 // The share the host served over the test's run: a rate
                 // limit serves `R` of a rate `r` above it, `R / r` of it.
-                Some(share) => {
+                (None, Some(share)) => {
                     share_top = Some(share);
                     served.unwrap_or(0.0).max(share)
                 }
-                None => match (served, clean, share_any) {
+                (None, None) => match (served, clean, share_any) {
                     (Some(s), Some(c), _) => s.max(c).max(BETA * self.level),
                     (None, None, Some(share)) => {
                         share_top = Some(share);
@@ -2268,6 +2304,58 @@ mod tests {
         k.set_level(0.05, 4.0);
         assert_eq!(k.rate_unit, k.base().unwrap());
         assert!((k.delay - k.base().unwrap() / 0.05).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_run_refused_whole_at_a_rate_cuts_by_the_rule_of_succession() {
+        // At a rate of 0.5 (500 requests a second at 1 ms), five answers
+        // in a row refused: none of 5 served, so a seventh of the level,
+        // and raises free up to three fifths of it.
+        let mut k = cruising(0.001);
+        k.set_level(0.5, 1.0);
+        for i in 0..5 {
+            let at = 1.1 + 0.002 * f64::from(i);
+            let sample = Sample::from_secs_f64(0.0001, StatusCode::SERVICE_UNAVAILABLE)
+                .with_in_flight(1)
+                .with_at(at);
+            k.on_sample(&sample);
+        }
+        assert!((k.level - 0.5 / 7.0).abs() < 1e-12, "{}", k.level);
+        assert!((k.err_ceiling - 0.3).abs() < 1e-12, "{}", k.err_ceiling);
+        // Above a rate the same run cuts by β at most: the refusals may
+        // have outrun successes still being served.
+        let mut c = cruising(0.001);
+        c.set_level(4.0, 1.0);
+        for i in 0..5 {
+            let at = 1.1 + 0.0001 * f64::from(i);
+            let sample = Sample::from_secs_f64(0.0001, StatusCode::SERVICE_UNAVAILABLE)
+                .with_in_flight(4)
+                .with_at(at);
+            c.on_sample(&sample);
+        }
+        assert!((c.level - BETA * 4.0).abs() < 1e-12, "{}", c.level);
+    }
+
+    #[test]
+    fn a_rate_limit_is_found_from_far_above_with_few_refusals() {
+        // A client that starts at 2 in flight against a millisecond's
+        // latency sends thousands of requests a second. Behind nginx's
+        // limit_req (503 at once beyond the rate, no `Retry-After`), at
+        // most 30 are refused in the first 30 s. (53, 37, 44 and 62 when
+        // each event below one in flight cut by β at most.)
+        for (rate, burst, latency) in [
+            (20.0, 5.0, 0.0003),
+            (20.0, 5.0, 0.001),
+            (50.0, 5.0, 0.0003),
+            (10.0, 5.0, 0.0003),
+        ] {
+            let mut k = Adaptive::default().knee();
+            let (_, refused, sent) = bucket_server(&mut k, rate, burst, latency, 30.0, 0.0, false);
+            assert!(
+                refused <= 30,
+                "{rate}/s (burst {burst}) at {latency} s: {refused} of {sent} refused"
+            );
+        }
     }
 
     #[test]
