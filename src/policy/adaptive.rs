@@ -726,11 +726,12 @@ impl Knee {
     /// would, and a slot kept just below a rate limit would be sent above
     /// it (or far below it) by a better measure of its latency.
     fn unit(&self) -> Option<f64> {
-        if self.level < 1.0 && self.rate_unit > 0.0 {
-            Some(self.rate_unit)
-        } else {
-            self.base()
-        }
+        self.kept_unit().or_else(|| self.base())
+    }
+
+    /// The rate unit in force: at a rate, once taken.
+    fn kept_unit(&self) -> Option<f64> {
+        (self.level < 1.0 && self.rate_unit > 0.0).then_some(self.rate_unit)
     }
 
     /// Takes the rate unit as the level goes below 1 to `level` (the
@@ -739,7 +740,7 @@ impl Knee {
     fn keep_unit(&mut self, level: f64) {
         if level >= 1.0 {
             self.rate_unit = f64::NAN;
-        } else if !(self.level < 1.0 && self.rate_unit > 0.0) {
+        } else if self.kept_unit().is_none() {
             self.rate_unit = self.base().unwrap_or(f64::NAN);
         }
     }
@@ -2311,28 +2312,25 @@ mod tests {
         // At a rate of 0.5 (500 requests a second at 1 ms), five answers
         // in a row refused: none of 5 served, so a seventh of the level,
         // and raises free up to three fifths of it.
+        // (Five 503s answered in 0.1 ms, `gap` apart from 1.1 s.)
+        let refused = |k: &mut Knee, gap: f64, in_flight: usize| {
+            for i in 0..5 {
+                let sample = Sample::from_secs_f64(0.0001, StatusCode::SERVICE_UNAVAILABLE)
+                    .with_in_flight(in_flight)
+                    .with_at(1.1 + gap * f64::from(i));
+                k.on_sample(&sample);
+            }
+        };
         let mut k = cruising(0.001);
         k.set_level(0.5, 1.0);
-        for i in 0..5 {
-            let at = 1.1 + 0.002 * f64::from(i);
-            let sample = Sample::from_secs_f64(0.0001, StatusCode::SERVICE_UNAVAILABLE)
-                .with_in_flight(1)
-                .with_at(at);
-            k.on_sample(&sample);
-        }
+        refused(&mut k, 0.002, 1);
         assert!((k.level - 0.5 / 7.0).abs() < 1e-12, "{}", k.level);
         assert!((k.err_ceiling - 0.3).abs() < 1e-12, "{}", k.err_ceiling);
         // Above a rate the same run cuts by β at most: the refusals may
         // have outrun successes still being served.
         let mut c = cruising(0.001);
         c.set_level(4.0, 1.0);
-        for i in 0..5 {
-            let at = 1.1 + 0.0001 * f64::from(i);
-            let sample = Sample::from_secs_f64(0.0001, StatusCode::SERVICE_UNAVAILABLE)
-                .with_in_flight(4)
-                .with_at(at);
-            c.on_sample(&sample);
-        }
+        refused(&mut c, 0.0001, 4);
         assert!((c.level - BETA * 4.0).abs() < 1e-12, "{}", c.level);
     }
 
