@@ -122,7 +122,20 @@ policy_params! {
     ///   β. After a pause, at least by β = 0.7 when that count began with the
     ///   pause before (it may hold the burst a token bucket allowed then);
     ///   without a pause, never below the last clean level and at most by
-    ///   β (BBRv2's bound on a round's cut). The answers to the requests in
+    ///   β (BBRv2's bound on a round's cut), and above a rate no higher
+    ///   than the level served since the first overload of the episode
+    ///   (from the first overload after the CUSUM's score, kept through
+    ///   its events, last stood at zero): `(k + 1) / t` at the no-load
+    ///   latency, the posterior mean of a Poisson rate after `k` successes
+    ///   in `t` seconds, counting the requests still out as served (a
+    ///   refusal comes back at once, a success may queue). Once a token
+    ///   bucket refuses, its burst is spent and it passes its rate; once a
+    ///   server refuses beyond its places, they are full: either way what
+    ///   passed since the first refusal is the host's rate, where what was
+    ///   served over the last round trips still holds the burst (a client
+    ///   at 2 in flight against nginx's `limit_req` answering in a
+    ///   millisecond cut by 5 to 10 % an event, a refusal each, and 136 of
+    ///   the first 158 requests were refused). The answers to the requests in
     ///   flight at the event may lower it further by the share of them
     ///   refused.
     /// - **Token buckets.** Many servers that send `Retry-After` ration
@@ -271,6 +284,9 @@ impl Adaptive {
             short_episode: (0.0, f64::INFINITY),
             batch: None,
             cusum: 0.0,
+            episode_score: 0.0,
+            episode_since: f64::NAN,
+            episode_served: 0,
             errors: 0,
             answers: 0,
             last_event: f64::NEG_INFINITY,
@@ -678,6 +694,12 @@ struct Knee {
     /// The CUSUM of overloads against [`E_TOL`], and the overloads and
     /// answers since it last stood at zero.
     cusum: f64,
+    /// The overload episode: the CUSUM's score without its resets at
+    /// events, the send time of its first overload (NaN when there is
+    /// none) and the successes to requests sent since.
+    episode_score: f64,
+    episode_since: f64,
+    episode_served: u64,
     errors: u64,
     answers: u64,
     /// The last overload event (answers sent before it belong to it).
@@ -988,6 +1010,45 @@ impl Knee {
             self.errors += u64::from(overload);
             self.answers = self.answers.saturating_add(1);
         }
+    }
+
+    /// Counts an answer (sent at `sent`) in the overload episode: it starts
+    /// at the first overload after the score stood at zero, and ends when
+    /// the score is back at zero.
+    fn episode(&mut self, overload: bool, sent: f64) {
+        if overload {
+            self.episode_score += (E_SEE / E_TOL).ln();
+            if self.episode_since.is_nan() {
+                self.episode_since = sent;
+                self.episode_served = 0;
+            }
+        } else {
+            self.episode_score += ((1.0 - E_SEE) / (1.0 - E_TOL)).ln();
+            if self.episode_score <= 0.0 {
+                self.episode_score = 0.0;
+                self.episode_since = f64::NAN;
+            } else if sent >= self.episode_since {
+                self.episode_served = self.episode_served.saturating_add(1);
+            }
+        }
+    }
+
+    /// The level the host served since the episode's first overload: the
+    /// posterior mean of a Poisson rate after `k` successes in `t`
+    /// seconds, `(k + 1) / t`, at the rate unit. Once a token bucket
+    /// refuses, it passes its rate `R` and no more (its burst is spent);
+    /// a server that refuses beyond `N` places passes `N / d` (its places
+    /// are full): either way the rate since the first refusal, not the one
+    /// before, whatever burst the start of the episode got.
+    fn episode_level(&self, at: f64) -> Option<f64> {
+        let t = at - self.episode_since;
+        if t.is_nan() || t <= 0.0 {
+            return None;
+        }
+        // (The requests still out are counted as served: a refusal comes
+        // back at once, a success may wait behind a queue.)
+        let k = self.episode_served as f64 + self.in_flight.saturating_sub(1) as f64;
+        Some((k + 1.0) / t * self.unit()?)
     }
 
     /// Counts a success at `at` in the buckets.
@@ -1711,6 +1772,8 @@ impl Knee {
             None
         };
         if pause > 0.0 {
+            self.episode_score = 0.0;
+            self.episode_since = f64::NAN;
             // Nothing is sent during the pause: the count starts afresh
             // after it.
             self.bucket_start = at + pause;
@@ -1797,7 +1860,16 @@ impl Knee {
                 },
             }
         };
-        let level = level.min(self.level);
+        let episode = if pause > 0.0 {
+            None
+        } else {
+            // (Above a rate: there each event cuts by β at most, and what
+            // was served lately may hold a burst. At a rate the share
+            // served says it better.)
+            self.episode_level(at)
+                .filter(|e| *e < level && self.level >= 1.0)
+        };
+        let level = episode.unwrap_or(level).min(self.level);
         if bucket.is_some() {
             // The bucket's rate says what the answers still out would.
             self.batch = None;
@@ -1817,6 +1889,9 @@ impl Knee {
                 _ => level,
             };
             self.err_ceiling = share_top.unwrap_or(ceiling);
+            if let Some(episode) = episode {
+                self.err_ceiling = self.err_ceiling.min(episode);
+            }
         }
         self.clean = None;
         self.step = self.min_step();
@@ -1875,6 +1950,7 @@ impl Policy for Knee {
         if sample.outcome() == Outcome::Ignore || !(usable || overload) {
             return self.throttle();
         }
+        self.episode(overload, sent);
         if belongs != Belongs::Stale && sent >= self.last_event {
             self.run_answers = self.run_answers.saturating_add(1);
             self.run_errors = self.run_errors.saturating_add(u64::from(overload));
@@ -2495,5 +2571,131 @@ mod tests {
             "max_concurrency"
         );
         assert!(Adaptive::default().validate().is_ok());
+    }
+
+    #[test]
+    fn an_episode_counts_what_passed_since_its_first_overload() {
+        let mut k = cruising(0.001);
+        let answer = |k: &mut Knee, status: StatusCode, sent: f64, at: f64| {
+            let sample = Sample::from_secs_f64(at - sent, status)
+                .with_in_flight(1)
+                .with_at(at);
+            k.on_sample(&sample);
+        };
+        // Successes before the first overload (a burst) do not count.
+        for i in 0..20 {
+            answer(
+                &mut k,
+                StatusCode::OK,
+                0.9 + 0.001 * f64::from(i),
+                0.901 + 0.001 * f64::from(i),
+            );
+        }
+        assert_eq!(k.episode_level(1.0), None);
+        answer(&mut k, StatusCode::SERVICE_UNAVAILABLE, 1.0, 1.0001);
+        for i in 0..3 {
+            let sent = 1.01 + 0.01 * f64::from(i);
+            answer(&mut k, StatusCode::OK, sent, sent + 0.001);
+        }
+        // 3 passed in 0.1 s, at 1 ms: (3 + 1) / 0.1 * 0.001.
+        let level = k.episode_level(1.1).unwrap();
+        assert!((level - 0.04).abs() < 1e-12, "{level}");
+        // Enough successes bring the score back to zero: no episode.
+        for i in 0..40 {
+            let sent = 1.2 + 0.01 * f64::from(i);
+            answer(&mut k, StatusCode::OK, sent, sent + 0.001);
+        }
+        assert_eq!(k.episode_level(2.0), None);
+    }
+
+    #[test]
+    fn a_burst_spent_at_the_start_does_not_hold_the_level_up() {
+        // nginx's limit_req with a burst of 20, answering in 1 to 3 ms: a
+        // client that starts at 2 in flight spends the burst in a few
+        // milliseconds. Cut to what was served over those milliseconds
+        // (the burst), each event left the level near one in flight: 108
+        // to 185 refused in the first second. Cut no higher than the rate
+        // served since the first refusal (the burst spent), at most 45.
+        for rate in [10.0, 20.0, 50.0, 100.0] {
+            for latency in [0.001, 0.003] {
+                let mut k = Adaptive::default().knee();
+                let (_, refused, sent) =
+                    bucket_server(&mut k, rate, 20.0, latency, 1.0, 0.0, false);
+                assert!(
+                    refused <= 45,
+                    "{rate}/s (burst 20) at {latency} s: {refused} of {sent} refused"
+                );
+            }
+        }
+    }
+
+    /// `secs` seconds against a server of `places` that answers in
+    /// `latency` and refuses at once beyond them (nginx's `limit_conn`):
+    /// the successes after `warm`, and the requests refused and sent.
+    fn places_server(
+        k: &mut Knee,
+        places: usize,
+        latency: f64,
+        secs: f64,
+        warm: f64,
+    ) -> (u64, u64, u64) {
+        let mut out: Vec<(f64, bool)> = Vec::new();
+        let mut now = 0.0_f64;
+        let (mut last_send, mut ok_late, mut refused, mut sent) = (f64::NEG_INFINITY, 0, 0, 0);
+        loop {
+            let throttle = k.throttle();
+            let mut next = last_send + throttle.delay().as_secs_f64().max(1e-4);
+            out.sort_by(|a, b| a.0.total_cmp(&b.0));
+            if out.len() >= throttle.concurrency() {
+                next = next.max(out[0].0);
+            }
+            next = next.max(now);
+            if let Some(&(at, ok)) = out.first().filter(|a| a.0 <= next) {
+                out.remove(0);
+                now = now.max(at);
+                let (took, status) = if ok {
+                    (latency, StatusCode::OK)
+                } else {
+                    (1e-4, StatusCode::SERVICE_UNAVAILABLE)
+                };
+                let sample = Sample::from_secs_f64(took, status)
+                    .with_in_flight(out.len() + 1)
+                    .with_at(at);
+                k.on_sample(&sample);
+                continue;
+            }
+            if next > secs {
+                return (ok_late, refused, sent);
+            }
+            last_send = next;
+            sent += 1;
+            if out.iter().filter(|a| a.1).count() < places {
+                out.push((next + latency, true));
+                if next >= warm {
+                    ok_late += 1;
+                }
+            } else {
+                refused += 1;
+                out.push((next + 1e-4, false));
+            }
+        }
+    }
+
+    #[test]
+    fn a_server_that_refuses_beyond_its_places_keeps_them_busy() {
+        // Refusals come back at once, successes after the service time:
+        // since the first refusal the host served its places, and the
+        // successes still out count as served, so the rate since then
+        // does not cut below them. After 10 s, at least 0.9 of the
+        // places' rate.
+        for (places, latency) in [(4, 0.05), (16, 0.02), (8, 0.2), (2, 0.01)] {
+            let mut k = Adaptive::default().knee();
+            let (ok, refused, sent) = places_server(&mut k, places, latency, 60.0, 10.0);
+            let thr = ok as f64 * latency / places as f64 / 50.0;
+            assert!(
+                thr >= 0.9,
+                "{places} places at {latency} s: {thr} of their rate ({refused} of {sent} refused)"
+            );
+        }
     }
 }
