@@ -9,7 +9,8 @@
 # Three servers: 20 r/s burst 5 answering 503 (nginx's default), the same
 # answering 429 (limit_req_status 429; nginx sends no Retry-After), and
 # 100 r/s burst 20 answering 503. Each line: the statuses nginx logged, the
-# crawl's time, and the refusals per second of the run (second:count).
+# crawl's time, and the refusals per second of the run (second:count, from
+# the first request).
 set -euo pipefail
 pages=${1:-600}
 crawl=${2:-target/release/examples/crawl}
@@ -27,7 +28,9 @@ error_log $dir/logs/error.log crit;
 pid $dir/nginx.pid;
 events { worker_connections 1024; }
 http {
-  access_log $dir/logs/access.log;
+  # (Each request's time to the millisecond, and its status.)
+  log_format at '\$msec \$status';
+  access_log $dir/logs/access.log at;
   limit_req_zone \$server_port zone=r20:1m rate=20r/s;
   limit_req_zone \$server_port zone=r100:1m rate=100r/s;
   # (try_files, not return: return answers before limit_req runs.)
@@ -42,8 +45,8 @@ for port in 18091 18092 18093; do
   seq 1 "$pages" | sed "s#^#http://127.0.0.1:$port/p#" > "$dir/urls"
   : > "$dir/logs/access.log"
   "$crawl" --urls "$dir/urls" --json --quiet --timeout 600 > "$dir/out.json" 2>/dev/null
-  statuses=$(awk '{print $9}' "$dir/logs/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')
+  statuses=$(awk '{print $2}' "$dir/logs/access.log" | sort | uniq -c | awk '{printf "%s×%s ", $2, $1}')
   elapsed=$(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['elapsed_secs'], 1))" "$dir/out.json")
-  refused=$(awk '{split($4, a, ":"); s = a[3] * 60 + a[4]; if (!t0) t0 = s; if ($9 != 200) c[int(s - t0)]++} END {for (k in c) printf "%s:%s ", k, c[k]}' "$dir/logs/access.log" | tr ' ' '\n' | sort -n | tr '\n' ' ')
+  refused=$(awk '{if (!t0) t0 = $1; if ($2 != 200) c[int($1 - t0)]++} END {for (k in c) printf "%s:%s ", k, c[k]}' "$dir/logs/access.log" | tr ' ' '\n' | sort -n | tr '\n' ' ')
   echo "port $port: $statuses in ${elapsed}s; refused per second: $refused"
 done
