@@ -284,9 +284,7 @@ impl Adaptive {
             short_episode: (0.0, f64::INFINITY),
             batch: None,
             cusum: 0.0,
-            episode_score: 0.0,
-            episode_since: f64::NAN,
-            episode_served: 0,
+            episode: None,
             errors: 0,
             answers: 0,
             last_event: f64::NEG_INFINITY,
@@ -598,6 +596,17 @@ enum Belongs {
     Next,
 }
 
+/// An overload episode: from the first overload after the CUSUM's score
+/// (without its resets at events) stood at zero, until it is back there.
+#[derive(Clone, Debug)]
+struct Episode {
+    score: f64,
+    /// The send time of its first overload.
+    since: f64,
+    /// Successes to requests sent since.
+    served: u64,
+}
+
 #[derive(Clone, Debug)]
 struct Knee {
     phase: Phase,
@@ -694,12 +703,9 @@ struct Knee {
     /// The CUSUM of overloads against [`E_TOL`], and the overloads and
     /// answers since it last stood at zero.
     cusum: f64,
-    /// The overload episode: the CUSUM's score without its resets at
-    /// events, the send time of its first overload (NaN when there is
-    /// none) and the successes to requests sent since.
-    episode_score: f64,
-    episode_since: f64,
-    episode_served: u64,
+    /// The overload episode, while there is one (boxed: most slots are
+    /// never refused).
+    episode: Option<Box<Episode>>,
     errors: u64,
     answers: u64,
     /// The last overload event (answers sent before it belong to it).
@@ -1017,18 +1023,20 @@ impl Knee {
     /// the score is back at zero.
     fn episode(&mut self, overload: bool, sent: f64) {
         if overload {
-            self.episode_score += (E_SEE / E_TOL).ln();
-            if self.episode_since.is_nan() {
-                self.episode_since = sent;
-                self.episode_served = 0;
-            }
-        } else {
-            self.episode_score += ((1.0 - E_SEE) / (1.0 - E_TOL)).ln();
-            if self.episode_score <= 0.0 {
-                self.episode_score = 0.0;
-                self.episode_since = f64::NAN;
-            } else if sent >= self.episode_since {
-                self.episode_served = self.episode_served.saturating_add(1);
+            let episode = self.episode.get_or_insert_with(|| {
+                Box::new(Episode {
+                    score: 0.0,
+                    since: sent,
+                    served: 0,
+                })
+            });
+            episode.score += (E_SEE / E_TOL).ln();
+        } else if let Some(episode) = self.episode.as_mut() {
+            episode.score += ((1.0 - E_SEE) / (1.0 - E_TOL)).ln();
+            if episode.score <= 0.0 {
+                self.episode = None;
+            } else if sent >= episode.since {
+                episode.served = episode.served.saturating_add(1);
             }
         }
     }
@@ -1041,13 +1049,14 @@ impl Knee {
     /// are full): either way the rate since the first refusal, not the one
     /// before, whatever burst the start of the episode got.
     fn episode_level(&self, at: f64) -> Option<f64> {
-        let t = at - self.episode_since;
+        let episode = self.episode.as_ref()?;
+        let t = at - episode.since;
         if t.is_nan() || t <= 0.0 {
             return None;
         }
         // (The requests still out are counted as served: a refusal comes
         // back at once, a success may wait behind a queue.)
-        let k = self.episode_served as f64 + self.in_flight.saturating_sub(1) as f64;
+        let k = episode.served as f64 + self.in_flight.saturating_sub(1) as f64;
         Some((k + 1.0) / t * self.unit()?)
     }
 
@@ -1772,8 +1781,7 @@ impl Knee {
             None
         };
         if pause > 0.0 {
-            self.episode_score = 0.0;
-            self.episode_since = f64::NAN;
+            self.episode = None;
             // Nothing is sent during the pause: the count starts afresh
             // after it.
             self.bucket_start = at + pause;
