@@ -2170,30 +2170,34 @@ mod tests {
         assert!(k.level >= BETA * before - 1.0, "{} from {before}", k.level);
     }
 
-    /// A client that sends whenever the throttle lets it, against a token
-    /// bucket of `rate` per second (burst `burst`) that refuses at once
-    /// beyond it, and serves the rest in `latency`: 503 without
-    /// `Retry-After`, or with `retry_after`, 429 and `Retry-After` in whole
-    /// seconds (the time until a token, at least 1), obeyed as the layer
-    /// does. Returns the successes after `warm` seconds, and the refused
-    /// and sent counts over the whole run.
-    fn bucket_server(
+    /// A server of the closed-loop harness ([`closed_loop`]).
+    trait TestServer {
+        /// A request sent at `at`, with the answers still out: when its
+        /// answer comes, and whether it is a success.
+        fn send(&mut self, at: f64, out: &[(f64, bool)]) -> (f64, bool);
+        /// The sample of an answer at `at`, a success or not, with
+        /// `in_flight` requests out (itself included), and the time before
+        /// which nothing may be sent (a `Retry-After` pause, obeyed as the
+        /// layer does).
+        fn answer(&mut self, at: f64, ok: bool, in_flight: usize) -> (Sample, f64);
+    }
+
+    /// A client that sends whenever the throttle lets it (a send takes a
+    /// tenth of a millisecond), for `secs` seconds. Returns the successes
+    /// to requests sent after `warm` seconds, and the refused and sent
+    /// counts over the whole run.
+    fn closed_loop(
         k: &mut Knee,
-        rate: f64,
-        burst: f64,
-        latency: f64,
+        server: &mut impl TestServer,
         secs: f64,
         warm: f64,
-        retry_after: bool,
     ) -> (u64, u64, u64) {
-        let (mut tokens, mut refill, mut paused) = (burst, 0.0, f64::NEG_INFINITY);
         // The time of the latest answer: no request goes out before it.
-        let mut now = 0.0_f64;
+        let (mut now, mut paused) = (0.0_f64, f64::NEG_INFINITY);
         let mut out: Vec<(f64, bool)> = Vec::new();
         let (mut last_send, mut ok_late, mut refused, mut sent) = (f64::NEG_INFINITY, 0, 0, 0);
         loop {
             let throttle = k.throttle();
-            // (A client takes a tenth of a millisecond to send.)
             let mut next = last_send + throttle.delay().as_secs_f64().max(1e-4);
             out.sort_by(|a, b| a.0.total_cmp(&b.0));
             if out.len() >= throttle.concurrency() {
@@ -2203,43 +2207,91 @@ mod tests {
             if let Some(&(at, ok)) = out.first().filter(|a| a.0 <= next) {
                 out.remove(0);
                 now = now.max(at);
-                let status = if ok {
-                    StatusCode::OK
-                } else if retry_after {
-                    StatusCode::TOO_MANY_REQUESTS
-                } else {
-                    StatusCode::SERVICE_UNAVAILABLE
-                };
-                let took = if ok { latency } else { 0.0 };
-                let mut sample = Sample::from_secs_f64(took, status)
-                    .with_in_flight(out.len() + 1)
-                    .with_at(at);
-                if !ok && retry_after {
-                    let wait = ((1.0 - tokens) / rate).ceil().max(1.0);
-                    sample = sample.with_pause(wait);
-                    paused = paused.max(at + wait);
-                }
+                let (sample, until) = server.answer(at, ok, out.len() + 1);
+                paused = paused.max(until);
                 k.on_sample(&sample);
                 continue;
             }
             if next > secs {
                 return (ok_late, refused, sent);
             }
-            tokens = (tokens + (next - refill) * rate).min(burst);
-            refill = next;
             last_send = next;
             sent += 1;
-            if tokens >= 1.0 {
-                tokens -= 1.0;
-                out.push((next + latency, true));
-                if next >= warm {
-                    ok_late += 1;
-                }
-            } else {
+            let (at, ok) = server.send(next, &out);
+            if !ok {
                 refused += 1;
-                out.push((next, false));
+            } else if next >= warm {
+                ok_late += 1;
+            }
+            out.push((at, ok));
+        }
+    }
+
+    /// A token bucket of `rate` per second (burst `burst`) that refuses at
+    /// once beyond it, and serves the rest in `latency`: 503 without
+    /// `Retry-After`, or with `retry_after`, 429 and `Retry-After` in whole
+    /// seconds (the time until a token, at least 1).
+    struct Bucket {
+        rate: f64,
+        burst: f64,
+        latency: f64,
+        retry_after: bool,
+        tokens: f64,
+        refill: f64,
+    }
+
+    impl TestServer for Bucket {
+        fn send(&mut self, at: f64, _out: &[(f64, bool)]) -> (f64, bool) {
+            self.tokens = (self.tokens + (at - self.refill) * self.rate).min(self.burst);
+            self.refill = at;
+            if self.tokens >= 1.0 {
+                self.tokens -= 1.0;
+                (at + self.latency, true)
+            } else {
+                (at, false)
             }
         }
+
+        fn answer(&mut self, at: f64, ok: bool, in_flight: usize) -> (Sample, f64) {
+            let status = if ok {
+                StatusCode::OK
+            } else if self.retry_after {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            let took = if ok { self.latency } else { 0.0 };
+            let sample = Sample::from_secs_f64(took, status)
+                .with_in_flight(in_flight)
+                .with_at(at);
+            if !ok && self.retry_after {
+                let wait = ((1.0 - self.tokens) / self.rate).ceil().max(1.0);
+                (sample.with_pause(wait), at + wait)
+            } else {
+                (sample, f64::NEG_INFINITY)
+            }
+        }
+    }
+
+    /// [`closed_loop`] against a [`Bucket`].
+    fn bucket_server(
+        k: &mut Knee,
+        rate: f64,
+        burst: f64,
+        latency: f64,
+        secs: f64,
+        warm: f64,
+        retry_after: bool,
+    ) -> (u64, u64, u64) {
+        let mut bucket = Bucket {
+            rate,
+            burst,
+            latency,
+            retry_after,
+            tokens: burst,
+            refill: 0.0,
+        };
+        closed_loop(k, &mut bucket, secs, warm)
     }
 
     /// Five minutes against each bucket `(rate, burst, latency)`: after the
@@ -2637,55 +2689,32 @@ mod tests {
         }
     }
 
-    /// `secs` seconds against a server of `places` that answers in
-    /// `latency` and refuses at once beyond them (nginx's `limit_conn`):
-    /// the successes after `warm`, and the requests refused and sent.
-    fn places_server(
-        k: &mut Knee,
+    /// A server of `places` that answers in `latency` and refuses at once
+    /// beyond them (nginx's `limit_conn`), with 503.
+    struct Places {
         places: usize,
         latency: f64,
-        secs: f64,
-        warm: f64,
-    ) -> (u64, u64, u64) {
-        let mut out: Vec<(f64, bool)> = Vec::new();
-        let mut now = 0.0_f64;
-        let (mut last_send, mut ok_late, mut refused, mut sent) = (f64::NEG_INFINITY, 0, 0, 0);
-        loop {
-            let throttle = k.throttle();
-            let mut next = last_send + throttle.delay().as_secs_f64().max(1e-4);
-            out.sort_by(|a, b| a.0.total_cmp(&b.0));
-            if out.len() >= throttle.concurrency() {
-                next = next.max(out[0].0);
-            }
-            next = next.max(now);
-            if let Some(&(at, ok)) = out.first().filter(|a| a.0 <= next) {
-                out.remove(0);
-                now = now.max(at);
-                let (took, status) = if ok {
-                    (latency, StatusCode::OK)
-                } else {
-                    (1e-4, StatusCode::SERVICE_UNAVAILABLE)
-                };
-                let sample = Sample::from_secs_f64(took, status)
-                    .with_in_flight(out.len() + 1)
-                    .with_at(at);
-                k.on_sample(&sample);
-                continue;
-            }
-            if next > secs {
-                return (ok_late, refused, sent);
-            }
-            last_send = next;
-            sent += 1;
-            if out.iter().filter(|a| a.1).count() < places {
-                out.push((next + latency, true));
-                if next >= warm {
-                    ok_late += 1;
-                }
+    }
+
+    impl TestServer for Places {
+        fn send(&mut self, at: f64, out: &[(f64, bool)]) -> (f64, bool) {
+            if out.iter().filter(|a| a.1).count() < self.places {
+                (at + self.latency, true)
             } else {
-                refused += 1;
-                out.push((next + 1e-4, false));
+                (at + 1e-4, false)
             }
+        }
+
+        fn answer(&mut self, at: f64, ok: bool, in_flight: usize) -> (Sample, f64) {
+            let (took, status) = if ok {
+                (self.latency, StatusCode::OK)
+            } else {
+                (1e-4, StatusCode::SERVICE_UNAVAILABLE)
+            };
+            let sample = Sample::from_secs_f64(took, status)
+                .with_in_flight(in_flight)
+                .with_at(at);
+            (sample, f64::NEG_INFINITY)
         }
     }
 
@@ -2698,7 +2727,8 @@ mod tests {
         // places' rate.
         for (places, latency) in [(4, 0.05), (16, 0.02), (8, 0.2), (2, 0.01)] {
             let mut k = Adaptive::default().knee();
-            let (ok, refused, sent) = places_server(&mut k, places, latency, 60.0, 10.0);
+            let mut server = Places { places, latency };
+            let (ok, refused, sent) = closed_loop(&mut k, &mut server, 60.0, 10.0);
             let thr = ok as f64 * latency / places as f64 / 50.0;
             assert!(
                 thr >= 0.9,
