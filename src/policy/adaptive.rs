@@ -2689,6 +2689,43 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_grid_of_fast_token_buckets() {
+        // nginx's limit_req (503, no `Retry-After`) before quick pages: 72
+        // buckets (10 to 400 a second, bursts 1, 5 and 20, answers in 0.1
+        // to 3 ms), each from a fresh slot. Summed over the grid, the
+        // refusals in the first second and in 30 s, and the buckets whose
+        // rate is served within a tenth from 10 s on with under 2 %
+        // refused over the 30 s. 2026-12-03, before an event above a rate
+        // was bounded by what passed since the episode's first overload:
+        // 2 889, 5 128 and 23; after: 1 528, 3 370 and 25.
+        let (mut first, mut all, mut met) = (0, 0, 0);
+        let mut table = String::new();
+        for rate in [10.0, 20.0, 50.0, 100.0, 200.0, 400.0] {
+            for burst in [1.0, 5.0, 20.0] {
+                for latency in [0.0001, 0.0003, 0.001, 0.003] {
+                    let mut k = Adaptive::default().knee();
+                    let (_, r1, _) = bucket_server(&mut k, rate, burst, latency, 1.0, 0.0, false);
+                    let mut k = Adaptive::default().knee();
+                    let (ok, r30, s30) =
+                        bucket_server(&mut k, rate, burst, latency, 30.0, 10.0, false);
+                    let thr = ok as f64 / 20.0 / rate;
+                    let good = thr >= 0.9 && (r30 as f64) < 0.02 * s30 as f64;
+                    first += r1;
+                    all += r30;
+                    met += u32::from(good);
+                    table += &format!(
+                        "{rate}/s burst {burst} at {latency} s: {r1} refused in the first second, {r30} of {s30} in 30 s, {thr:.2} of the rate\n"
+                    );
+                }
+            }
+        }
+        assert!(
+            first <= 1_600 && all <= 3_500 && met >= 25,
+            "first second {first}, 30 s {all}, met {met}\n{table}"
+        );
+    }
+
     /// A server of `places` that answers in `latency` and refuses at once
     /// beyond them (nginx's `limit_conn`), with 503.
     struct Places {
