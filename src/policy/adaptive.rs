@@ -399,6 +399,16 @@ const MIN_REFERENCE: f64 = 8.0;
 
 /// The upper tail of the standard normal distribution, `P(Z > z)`
 /// (Abramowitz and Stegun 7.1.26, within 1.5e-7).
+/// A step of the CUSUM of overloads: the log-likelihood ratio of an answer
+/// between an overload share of [`E_SEE`] and one of [`E_TOL`].
+fn cusum_step(overload: bool) -> f64 {
+    if overload {
+        (E_SEE / E_TOL).ln()
+    } else {
+        ((1.0 - E_SEE) / (1.0 - E_TOL)).ln()
+    }
+}
+
 fn normal_tail(z: f64) -> f64 {
     let x = z.abs() / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * x);
@@ -1002,12 +1012,7 @@ impl Knee {
     /// Adds an answer to the CUSUM of overloads (Page's test of a
     /// Bernoulli share: [`E_TOL`] against [`E_SEE`]).
     fn count(&mut self, overload: bool) {
-        let step = if overload {
-            (E_SEE / E_TOL).ln()
-        } else {
-            ((1.0 - E_SEE) / (1.0 - E_TOL)).ln()
-        };
-        self.cusum += step;
+        self.cusum += cusum_step(overload);
         if self.cusum <= 0.0 {
             self.cusum = 0.0;
             self.errors = 0;
@@ -1030,9 +1035,9 @@ impl Knee {
                     served: 0,
                 })
             });
-            episode.score += (E_SEE / E_TOL).ln();
+            episode.score += cusum_step(true);
         } else if let Some(episode) = self.episode.as_mut() {
-            episode.score += ((1.0 - E_SEE) / (1.0 - E_TOL)).ln();
+            episode.score += cusum_step(false);
             if episode.score <= 0.0 {
                 self.episode = None;
             } else if sent >= episode.since {
@@ -1868,14 +1873,13 @@ impl Knee {
                 },
             }
         };
-        let episode = if pause > 0.0 {
+        // (Above a rate only: there each event cuts by β at most, and what
+        // was served lately may hold a burst. At a rate the share served
+        // says it better.)
+        let episode = if pause > 0.0 || self.level < 1.0 {
             None
         } else {
-            // (Above a rate: there each event cuts by β at most, and what
-            // was served lately may hold a burst. At a rate the share
-            // served says it better.)
-            self.episode_level(at)
-                .filter(|e| *e < level && self.level >= 1.0)
+            self.episode_level(at).filter(|e| *e < level)
         };
         let level = episode.unwrap_or(level).min(self.level);
         if bucket.is_some() {
