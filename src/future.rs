@@ -5,7 +5,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use http::Response;
@@ -34,6 +34,10 @@ pin_project! {
     /// the slot's policy; the response body carries the request's in-flight
     /// place.
     ///
+    /// A request that its slot admits at once, when it is called, to an
+    /// inner service that is ready at once (the common case) is sent to the
+    /// service itself from `call`, and the future only waits for the answer.
+    ///
     /// Dropping it at any point gives back whatever it holds: its place in
     /// the queue, or its in-flight place.
     pub struct ResponseFuture<S, Req>
@@ -41,11 +45,7 @@ pin_project! {
         S: Service<Req>,
     {
         #[pin]
-        state: State<S::Future>,
-        // A clone of the inner service, until the request is sent; kept
-        // out of `state` so that changing state moves only a little.
-        service: S,
-        request: Option<Req>,
+        state: State<S, Req, S::Future>,
         shared: Arc<Shared>,
         // Whether the response adjusts its slot (no `DontAdjust`).
         adjust: bool,
@@ -55,22 +55,12 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F> {
-        Resolving {
-            resolving: BoxFuture<SlotKey>,
-            pending: Option<OwnedSemaphorePermit>,
-        },
-        Waiting {
-            waiting: Waiting,
-            pending: Option<OwnedSemaphorePermit>,
-        },
-        // Admitted by the slot, waiting for the fleet's reservation.
-        Reserving {
-            reserving: BoxFuture<Option<Lease>>,
-            permit: Option<Permit>,
-        },
-        Ready {
-            permit: Option<Permit>,
+    enum State<S, Req, F> {
+        // Not yet sent: waiting in the slot, for the fleet or for the
+        // inner service; boxed, so that the common case, sent at once,
+        // moves a small future.
+        Before {
+            before: Box<Before<S, Req>>,
         },
         Calling {
             #[pin]
@@ -78,31 +68,153 @@ pin_project! {
             permit: Option<Permit>,
             started: Instant,
         },
+        // The inner service failed its readiness when the request was
+        // called: the error, already reported to the slot.
+        Failed {
+            error: Option<BoxError>,
+        },
         Done,
+    }
+}
+
+/// What a request holds until it is sent: where it stands, a clone of the
+/// inner service and the request itself.
+struct Before<S, Req> {
+    stage: Stage,
+    service: S,
+    request: Option<Req>,
+}
+
+enum Stage {
+    Resolving {
+        resolving: BoxFuture<SlotKey>,
+        pending: Option<OwnedSemaphorePermit>,
+    },
+    Waiting {
+        waiting: Waiting,
+        pending: Option<OwnedSemaphorePermit>,
+    },
+    // Admitted by the slot, waiting for the fleet's reservation.
+    Reserving {
+        reserving: BoxFuture<Option<Lease>>,
+        permit: Option<Permit>,
+    },
+    // Admitted, waiting for the inner service's readiness.
+    Ready {
+        permit: Option<Permit>,
+    },
+}
+
+impl<S, Req> Before<S, Req> {
+    /// Drives the request to its admission (and the fleet's reservation);
+    /// the place it was given.
+    fn poll_admitted(&mut self, cx: &mut Context<'_>, shared: &Shared) -> Poll<Permit> {
+        loop {
+            match &mut self.stage {
+                Stage::Resolving { resolving, pending } => {
+                    let key = ready!(resolving.as_mut().poll(cx));
+                    let waiting = shared.enqueue(key);
+                    let pending = pending.take();
+                    self.stage = Stage::Waiting { waiting, pending };
+                }
+                Stage::Waiting { waiting, pending } => {
+                    let permit = ready!(waiting.poll_admit(cx, pending));
+                    tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
+                    match shared.reserve(&permit) {
+                        Some(reserving) => {
+                            self.stage = Stage::Reserving {
+                                reserving,
+                                permit: Some(permit),
+                            }
+                        }
+                        None => return Poll::Ready(permit),
+                    }
+                }
+                Stage::Reserving { reserving, permit } => {
+                    let lease = ready!(reserving.as_mut().poll(cx));
+                    let mut permit = permit.take().expect("the permit is taken only here");
+                    shared.set_lease(&mut permit, lease);
+                    return Poll::Ready(permit);
+                }
+                Stage::Ready { permit } => {
+                    return Poll::Ready(permit.take().expect("the permit is taken only here"));
+                }
+            }
+        }
     }
 }
 
 impl<S, Req> ResponseFuture<S, Req>
 where
-    S: Service<Req>,
+    S: Service<Req> + Clone,
+    S::Error: Into<BoxError>,
 {
+    /// Starts the request: sent at once to `service` itself when its slot
+    /// admitted it as it joined and `service` is ready at once; otherwise
+    /// with a clone of `service`, driven to readiness once admitted.
     pub(crate) fn new(
         start: Start,
-        service: S,
+        service: &mut S,
         request: Req,
-        pending: Option<OwnedSemaphorePermit>,
+        mut pending: Option<OwnedSemaphorePermit>,
         shared: Arc<Shared>,
         adjust: bool,
         span: tracing::Span,
     ) -> Self {
+        let before = |stage, service: &mut S, request| State::Before {
+            before: Box::new(Before {
+                stage,
+                service: service.clone(),
+                request: Some(request),
+            }),
+        };
         let state = match start {
-            Start::Queued(waiting) => State::Waiting { waiting, pending },
-            Start::Resolving(resolving) => State::Resolving { resolving, pending },
+            Start::Resolving(resolving) => {
+                before(Stage::Resolving { resolving, pending }, service, request)
+            }
+            // A fleet reserves after admission: the longer way.
+            Start::Queued(waiting) if shared.config.coordinator.is_some() => {
+                before(Stage::Waiting { waiting, pending }, service, request)
+            }
+            Start::Queued(mut waiting) => match waiting.take_admitted(&mut pending) {
+                None => before(Stage::Waiting { waiting, pending }, service, request),
+                Some((mut permit, admitted)) => {
+                    let _entered = span.enter();
+                    tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
+                    // Asked without a waker: when it is not ready, the
+                    // future asks a clone again, with the task's own.
+                    let mut cx = Context::from_waker(Waker::noop());
+                    match service.poll_ready(&mut cx) {
+                        Poll::Ready(Ok(())) => State::Calling {
+                            future: service.call(request),
+                            permit: Some(permit),
+                            started: admitted,
+                        },
+                        Poll::Ready(Err(error)) => State::Failed {
+                            error: Some(shared.fail(
+                                &mut permit,
+                                Instant::now(),
+                                Duration::ZERO,
+                                error,
+                                adjust,
+                            )),
+                        },
+                        Poll::Pending => {
+                            // Whatever it reserved while pending goes
+                            // with it; the service keeps a fresh clone.
+                            let fresh = service.clone();
+                            drop(std::mem::replace(service, fresh));
+                            let stage = Stage::Ready {
+                                permit: Some(permit),
+                            };
+                            before(stage, service, request)
+                        }
+                    }
+                }
+            },
         };
         ResponseFuture {
             state,
-            service,
-            request: Some(request),
             shared,
             adjust,
             span,
@@ -122,37 +234,43 @@ where
         let mut this = self.project();
         let _entered = this.span.enter();
         loop {
-            // The states before the call end in an admitted request: it
-            // goes on below, without a stop in `Ready` when the inner
-            // service is ready at once (the common case).
-            let permit = match this.state.as_mut().project() {
-                StateProj::Resolving { resolving, pending } => {
-                    let key = ready!(resolving.as_mut().poll(cx));
-                    let waiting = this.shared.enqueue(key);
-                    let pending = pending.take();
-                    this.state.set(State::Waiting { waiting, pending });
-                    continue;
-                }
-                StateProj::Waiting { waiting, pending } => {
-                    let permit = ready!(waiting.poll_admit(cx, pending));
-                    tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
-                    if let Some(reserving) = this.shared.reserve(&permit) {
-                        this.state.set(State::Reserving {
-                            reserving,
-                            permit: Some(permit),
-                        });
-                        continue;
+            match this.state.as_mut().project() {
+                StateProj::Before { before } => {
+                    let permit = ready!(before.poll_admitted(cx, this.shared));
+                    // Admitted: drive the inner service to readiness, and
+                    // call it.
+                    match before.service.poll_ready(cx) {
+                        Poll::Pending => {
+                            before.stage = Stage::Ready {
+                                permit: Some(permit),
+                            };
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(Err(error)) => {
+                            let mut permit = permit;
+                            this.state.set(State::Done);
+                            return Poll::Ready(Err(this.shared.fail(
+                                &mut permit,
+                                Instant::now(),
+                                Duration::ZERO,
+                                error,
+                                *this.adjust,
+                            )));
+                        }
+                        Poll::Ready(Ok(())) => {
+                            let request = before
+                                .request
+                                .take()
+                                .expect("the request is taken only here");
+                            let started = Instant::now();
+                            let future = before.service.call(request);
+                            this.state.set(State::Calling {
+                                future,
+                                permit: Some(permit),
+                                started,
+                            });
+                        }
                     }
-                    permit
-                }
-                StateProj::Reserving { reserving, permit } => {
-                    let lease = ready!(reserving.as_mut().poll(cx));
-                    let mut permit = permit.take().expect("the permit is taken only here");
-                    this.shared.set_lease(&mut permit, lease);
-                    permit
-                }
-                StateProj::Ready { permit } => {
-                    permit.take().expect("the permit is taken only here")
                 }
                 StateProj::Calling {
                     future,
@@ -191,37 +309,12 @@ where
                     let body = ThrottleBody::new(body, permit);
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
-                StateProj::Done => panic!("ResponseFuture polled after completion"),
-            };
-            // Admitted: drive the inner service to readiness, and call it.
-            match this.service.poll_ready(cx) {
-                Poll::Pending => {
-                    this.state.set(State::Ready {
-                        permit: Some(permit),
-                    });
-                    return Poll::Pending;
-                }
-                Poll::Ready(Err(error)) => {
-                    let mut permit = permit;
+                StateProj::Failed { error } => {
+                    let error = error.take().expect("the error is taken only here");
                     this.state.set(State::Done);
-                    return Poll::Ready(Err(this.shared.fail(
-                        &mut permit,
-                        Instant::now(),
-                        Duration::ZERO,
-                        error,
-                        *this.adjust,
-                    )));
+                    return Poll::Ready(Err(error));
                 }
-                Poll::Ready(Ok(())) => {
-                    let request = this.request.take().expect("the request is taken only here");
-                    let started = Instant::now();
-                    let future = this.service.call(request);
-                    this.state.set(State::Calling {
-                        future,
-                        permit: Some(permit),
-                        started,
-                    });
-                }
+                StateProj::Done => panic!("ResponseFuture polled after completion"),
             }
         }
     }
@@ -233,11 +326,14 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
-            State::Resolving { .. } => "Resolving".to_owned(),
-            State::Waiting { waiting, .. } => format!("Waiting({waiting:?})"),
-            State::Reserving { .. } => "Reserving".to_owned(),
-            State::Ready { .. } => "Ready".to_owned(),
+            State::Before { before } => match &before.stage {
+                Stage::Resolving { .. } => "Resolving".to_owned(),
+                Stage::Waiting { waiting, .. } => format!("Waiting({waiting:?})"),
+                Stage::Reserving { .. } => "Reserving".to_owned(),
+                Stage::Ready { .. } => "Ready".to_owned(),
+            },
             State::Calling { .. } => "Calling".to_owned(),
+            State::Failed { .. } => "Failed".to_owned(),
             State::Done => "Done".to_owned(),
         };
         f.debug_struct("ResponseFuture")

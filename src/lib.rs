@@ -29,7 +29,8 @@
 //!    no `Retry-After` pause runs. A slow slot never holds up another. With
 //!    a fleet (`fleet.rs`, feature `redis`), the fleet's schedule is asked
 //!    too.
-//! 5. **Inner call**: a clone of the inner service is driven to readiness and
+//! 5. **Inner call**: the inner service (itself, for a request admitted at
+//!    `call` to a service ready at once; else a clone driven to readiness) is
 //!    called; the latency is measured from the call to the response head.
 //! 6. **Signals** (`signals/`): what the response means: its outcome (an
 //!    overload: 429, 503, a timeout, a refused connection; see

@@ -30,11 +30,17 @@ use crate::slot::SlotSnapshot;
 ///
 /// `call` never waits: it picks the request's slot, joins the back of that
 /// slot's FIFO queue (or, when nobody waits there and the gate is open,
-/// takes its in-flight place at once) and returns a [`ResponseFuture`]. The future waits for
-/// the slot's gate, then drives a *clone* of the inner service to readiness
-/// and calls it, as tower's documentation prescribes for services that
-/// call their inner service from their future. The inner service must
-/// therefore be `Clone`; wrap a service that is not in `tower::buffer`.
+/// takes its in-flight place at once) and returns a [`ResponseFuture`].
+///
+/// A request that took its place at once is sent from `call` to the inner
+/// service itself, if that is ready at once: `call` asks its `poll_ready`
+/// with a no-op waker, and on `Pending` replaces it with a fresh clone (so
+/// nothing it reserved meanwhile stays held) and goes the longer way.
+/// Otherwise the future waits for the slot's gate, then drives a *clone*
+/// of the inner service to readiness and calls it, as tower's
+/// documentation prescribes for services that call their inner service
+/// from their future. The inner service must therefore be `Clone`; wrap a
+/// service that is not in `tower::buffer`.
 ///
 /// Calling `call` without a successful `poll_ready` first does not panic:
 /// the request takes a global place if one is free, and otherwise goes
@@ -162,7 +168,7 @@ where
         }
         ResponseFuture::new(
             start,
-            self.inner.clone(),
+            &mut self.inner,
             request,
             pending,
             Arc::clone(&self.shared),

@@ -331,3 +331,124 @@ async fn keys_normalize_and_can_be_chosen() {
         ]
     );
 }
+
+/// An inner service that counts its clones and is ready only once `open`
+/// is set (waking the task that last asked).
+struct Counted<S> {
+    inner: S,
+    clones: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    open: std::sync::Arc<std::sync::Mutex<(bool, Option<std::task::Waker>)>>,
+}
+
+impl<S: Clone> Clone for Counted<S> {
+    fn clone(&self) -> Self {
+        self.clones
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Counted {
+            inner: self.inner.clone(),
+            clones: self.clones.clone(),
+            open: self.open.clone(),
+        }
+    }
+}
+
+impl<S> Counted<S> {
+    fn new(inner: S, open: bool) -> Self {
+        Counted {
+            inner,
+            clones: Default::default(),
+            open: std::sync::Arc::new(std::sync::Mutex::new((open, None))),
+        }
+    }
+
+    fn open(&self) {
+        let mut open = self.open.lock().unwrap();
+        open.0 = true;
+        if let Some(waker) = open.1.take() {
+            waker.wake();
+        }
+    }
+
+    fn clones(&self) -> usize {
+        self.clones.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl<S: Service<Request<String>>> Service<Request<String>> for Counted<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        let mut open = self.open.lock().unwrap();
+        if !open.0 {
+            open.1 = Some(cx.waker().clone());
+            return std::task::Poll::Pending;
+        }
+        drop(open);
+        self.inner.poll_ready(cx)
+    }
+    fn call(&mut self, req: Request<String>) -> Self::Future {
+        self.inner.call(req)
+    }
+}
+
+/// Sends `n` requests of 10 ms to `a.test`, each after the last one's body
+/// ended.
+async fn one_after_another<S>(svc: &mut S, n: u64)
+where
+    S: Service<Request<String>, Response = Response<tower_autothrottle::ThrottleBody<TestBody>>>,
+    S::Error: std::fmt::Debug,
+{
+    for id in 0..n {
+        let response = svc.ready().await.unwrap();
+        let response = response.call(request("http://a.test/", id, 10)).await;
+        response.unwrap().into_body().collect().await.unwrap();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_admitted_at_once_goes_to_the_service_itself() {
+    let recorder = Recorder::default();
+    let (layer, _) = scripted_layer(Duration::ZERO, 4);
+    let inner = Counted::new(server(recorder.clone()), true);
+    let mut svc = layer.layer(inner.clone());
+    let before = inner.clones();
+    one_after_another(&mut svc, 5).await;
+    assert_eq!(recorder.of("a.test").len(), 5);
+    // Sent from `call` to the service itself: no clone made.
+    assert_eq!(inner.clones(), before);
+    // A request that waits in its slot's queue goes with a clone.
+    let (layer, _) = scripted_layer(Duration::from_secs(1), 4);
+    let mut svc = layer.layer(inner.clone());
+    let before = inner.clones();
+    one_after_another(&mut svc, 2).await;
+    assert_eq!(recorder.of("a.test").len(), 7);
+    assert_eq!(inner.clones(), before + 1, "the second request waited");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_inner_service_not_ready_at_call_is_driven_by_the_future() {
+    let recorder = Recorder::default();
+    let (layer, _) = scripted_layer(Duration::ZERO, 1);
+    let inner = Counted::new(server(recorder.clone()), false);
+    let mut svc = layer.layer(inner.clone());
+    let start = Instant::now();
+    let handle = spawn_request(&mut svc, request("http://a.test/", 0, 10));
+    settle().await;
+    // Admitted by its slot, holding its place, waiting for the service.
+    assert_eq!(slot(&layer, "http://a.test"), (1, 0));
+    assert!(recorder.of("a.test").is_empty());
+    advance(Duration::from_millis(30)).await;
+    inner.open();
+    let (status, ended) = handle.await.unwrap().unwrap();
+    assert_eq!(status, http::StatusCode::OK);
+    assert_eq!(recorder.of("a.test").len(), 1);
+    assert_eq!(ended - start, Duration::from_millis(40));
+    // The latency runs from the call of the service, not from the admission.
+    let snap = layer.slot("http://a.test").unwrap();
+    assert_eq!(snap.last_latency, Some(10 * MS));
+    assert_eq!(slot(&layer, "http://a.test"), (0, 0));
+}

@@ -49,9 +49,10 @@ pub(crate) struct Waiting {
     /// The ticket in the slot's queue; `None` once admitted.
     ticket: Option<u64>,
     /// Admitted when it joined (the queue was empty and the gate open): its
-    /// dispatch number, until [`poll_admit`](Self::poll_admit) hands out
-    /// the permit.
-    admitted: Option<u64>,
+    /// dispatch number and the instant it was admitted at, until
+    /// [`poll_admit`](Self::poll_admit) or
+    /// [`take_admitted`](Self::take_admitted) hands out the permit.
+    admitted: Option<(u64, Instant)>,
     sleep: Option<Pin<Box<Sleep>>>,
 }
 
@@ -106,7 +107,7 @@ impl Waiting {
                 return Some(Waiting {
                     slot: Some(slot),
                     ticket: None,
-                    admitted: Some(seq),
+                    admitted: Some((seq, now)),
                     sleep: None,
                 });
             }
@@ -129,6 +130,27 @@ impl Waiting {
         self.slot.as_ref()
     }
 
+    /// The place of a request admitted when it joined, and the instant of
+    /// its admission; `None` if it waits in the queue.
+    ///
+    /// `pending` is the global place held since `call`; it moves into the
+    /// returned permit.
+    pub(crate) fn take_admitted(
+        &mut self,
+        pending: &mut Option<OwnedSemaphorePermit>,
+    ) -> Option<(Permit, Instant)> {
+        let (seq, at) = self.admitted.take()?;
+        let slot = self.slot.take().expect("set with the admission");
+        let permit = Permit {
+            slot,
+            seq,
+            _pending: pending.take(),
+            lease: None,
+            released: false,
+        };
+        Some((permit, at))
+    }
+
     /// Waits until the request is admitted, then returns its place.
     ///
     /// `pending` is the global place held since `call`; it moves into the
@@ -138,15 +160,8 @@ impl Waiting {
         cx: &mut Context<'_>,
         pending: &mut Option<OwnedSemaphorePermit>,
     ) -> Poll<Permit> {
-        if let Some(seq) = self.admitted.take() {
-            let slot = self.slot.take().expect("set with the admission");
-            return Poll::Ready(Permit {
-                slot,
-                seq,
-                _pending: pending.take(),
-                lease: None,
-                released: false,
-            });
+        if let Some((permit, _)) = self.take_admitted(pending) {
+            return Poll::Ready(permit);
         }
         let (Some(ticket), Some(slot)) = (self.ticket, self.slot.as_ref()) else {
             // Polled after admission: a bug in the caller, but not worth a
