@@ -2,6 +2,7 @@
 //! Little's law and keeps its queue near empty, adapting both concurrency
 //! and delay, with overload handled in the same state machine.
 
+use super::lazy::{Lazy, MakeState};
 use super::params::{policy_params, within};
 use super::{Outcome, Policy, Sample, Throttle};
 use crate::error::ConfigError;
@@ -232,7 +233,7 @@ impl Adaptive {
 
     /// A fresh state for the slot `key`.
     fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
-        Box::new(self.knee())
+        Box::new(Lazy::new(self.clone()))
     }
 
     /// A fresh controller.
@@ -618,7 +619,7 @@ struct Episode {
 }
 
 #[derive(Clone, Debug)]
-struct Knee {
+pub(crate) struct Knee {
     phase: Phase,
     /// The level `λ`: requests aimed at in flight (a rate below 1).
     level: f64,
@@ -1911,6 +1912,14 @@ impl Knee {
         if pause > 0.0 {
             self.resumed_level = self.level;
         }
+    }
+}
+
+impl MakeState for Adaptive {
+    type State = Knee;
+
+    fn fresh(&self) -> Knee {
+        self.knee()
     }
 }
 

@@ -55,6 +55,7 @@ mod adaptive;
 mod aimd;
 mod bounded;
 mod gradient2;
+mod lazy;
 mod params;
 mod replay;
 mod scrapy;
