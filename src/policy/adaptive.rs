@@ -297,7 +297,11 @@ impl Adaptive {
             err_ceiling: f64::INFINITY,
             rate_unit: f64::NAN,
             delay: self.start_delay.max(self.min_delay),
-            config: self.clone(),
+            limits: Limits {
+                min_delay: self.min_delay,
+                max_delay: self.max_delay,
+                max_concurrency: self.max_concurrency,
+            },
         }
     }
 }
@@ -734,16 +738,24 @@ struct Knee {
     /// taken when the level went below 1 (NaN above).
     rate_unit: f64,
     delay: f64,
-    config: Adaptive,
+    limits: Limits,
+}
+
+/// The parameters a controller reads after it started.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    min_delay: f64,
+    max_delay: f64,
+    max_concurrency: usize,
 }
 
 impl Knee {
     fn max_level(&self) -> f64 {
-        self.config.max_concurrency.max(1) as f64
+        self.limits.max_concurrency.max(1) as f64
     }
 
     fn limit(&self) -> usize {
-        (self.level.round().max(1.0) as usize).min(self.config.max_concurrency.max(1))
+        (self.level.round().max(1.0) as usize).min(self.limits.max_concurrency.max(1))
     }
 
     /// The smallest step of the level: one request, or an eighth below 8.
@@ -787,7 +799,7 @@ impl Knee {
     /// for a host slower than that).
     fn min_level(&self) -> f64 {
         self.unit()
-            .map_or(0.0, |b| b / self.config.max_delay.max(1e-9))
+            .map_or(0.0, |b| b / self.limits.max_delay.max(1e-9))
             .clamp(1e-6, 1.0)
     }
 
@@ -924,7 +936,7 @@ impl Knee {
         } else {
             unit / self.level
         };
-        self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+        self.delay = within(delay, self.limits.min_delay, self.limits.max_delay);
     }
 
     /// Whether the window's requests were refused more often than noise
@@ -1930,7 +1942,7 @@ impl Policy for Knee {
         self.level = within(level, 1.0, self.max_level());
         let delay = learned.delay_secs();
         if !delay.is_nan() {
-            self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+            self.delay = within(delay, self.limits.min_delay, self.limits.max_delay);
         }
     }
 
