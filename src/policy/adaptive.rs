@@ -278,23 +278,12 @@ impl Adaptive {
             bucket: 0,
             prev: 0,
             prev_len: 0.0,
-            resumed: f64::NEG_INFINITY,
             resumed_served: 0,
-            resumed_level: f64::NAN,
-            short_episode: (0.0, f64::INFINITY),
-            batch: None,
-            cusum: 0.0,
+            events: None,
             episode: None,
-            errors: 0,
-            answers: 0,
-            last_event: f64::NEG_INFINITY,
-            event_errors: 0,
-            event_pause: 0.0,
             answers_since_event: 0,
             run_answers: 0,
             run_errors: 0,
-            err_hi: f64::INFINITY,
-            err_ceiling: f64::INFINITY,
             rate_unit: f64::NAN,
             delay: self.start_delay.max(self.min_delay),
             limits: Limits {
@@ -699,41 +688,20 @@ struct Knee {
     bucket: u64,
     prev: u64,
     prev_len: f64,
-    /// When the last pause ended, and the successes since (to requests
-    /// sent after it).
-    resumed: f64,
+    /// The successes since the last pause ended (to requests sent after
+    /// it; see [`Events::resumed`]).
     resumed_served: u64,
-    /// The level the slot resumed at: an episode tells the bucket only if
-    /// it was sent at one level throughout (above the bucket's rate, as
-    /// it ended refused; a rising level may have left tokens unused).
-    resumed_level: f64,
-    /// The shortest episode between a pause and the next one that passed
-    /// anything: the requests it passed and how long it lasted, in seconds
-    /// (infinite while there is none; see [`Knee::bucket_rate`]).
-    short_episode: (f64, f64),
-    /// The batch of the last overload event, until an answer to a request
-    /// sent after it comes.
-    batch: Option<Batch>,
-    /// The CUSUM of overloads against [`E_TOL`], and the overloads and
-    /// answers since it last stood at zero.
-    cusum: f64,
+    /// The answers since the last overload event.
+    answers_since_event: u64,
+    /// What the overload events left (boxed: most slots are never refused).
+    events: Option<Box<Events>>,
     /// The overload episode, while there is one (boxed: most slots are
     /// never refused).
     episode: Option<Box<Episode>>,
-    errors: u64,
-    answers: u64,
-    /// The last overload event (answers sent before it belong to it).
-    last_event: f64,
-    event_errors: u64,
-    event_pause: f64,
-    answers_since_event: u64,
     /// Answers to requests sent at this level since it was set (or since
     /// the last event), and the overloads among them.
     run_answers: u64,
     run_errors: u64,
-    /// The level that failed, and the clean level below it.
-    err_hi: f64,
-    err_ceiling: f64,
     /// At a rate (a level below 1), the no-load latency its levels are in,
     /// taken when the level went below 1 (NaN above).
     rate_unit: f64,
@@ -749,7 +717,65 @@ struct Limits {
     max_concurrency: usize,
 }
 
+/// The part of [`Knee`] that only overload events set; until the first,
+/// [`NO_EVENTS`] stands for it.
+#[derive(Clone, Debug)]
+struct Events {
+    /// The CUSUM of overloads against [`E_TOL`], and the overloads and
+    /// answers since it last stood at zero.
+    cusum: f64,
+    errors: u64,
+    answers: u64,
+    /// The last overload event (answers sent before it belong to it).
+    last_event: f64,
+    event_errors: u64,
+    event_pause: f64,
+    /// The level that failed, and the clean level below it.
+    err_hi: f64,
+    err_ceiling: f64,
+    /// The batch of the last overload event, until an answer to a request
+    /// sent after it comes.
+    batch: Option<Batch>,
+    /// When the last pause ended.
+    resumed: f64,
+    /// The level the slot resumed at: an episode tells the bucket only if
+    /// it was sent at one level throughout (above the bucket's rate, as
+    /// it ended refused; a rising level may have left tokens unused).
+    resumed_level: f64,
+    /// The shortest episode between a pause and the next one that passed
+    /// anything: the requests it passed and how long it lasted, in seconds
+    /// (infinite while there is none; see [`Knee::bucket_rate`]).
+    short_episode: (f64, f64),
+}
+
+/// A controller's [`Events`] before any overload event.
+static NO_EVENTS: Events = Events {
+    cusum: 0.0,
+    errors: 0,
+    answers: 0,
+    last_event: f64::NEG_INFINITY,
+    event_errors: 0,
+    event_pause: 0.0,
+    err_hi: f64::INFINITY,
+    err_ceiling: f64::INFINITY,
+    batch: None,
+    resumed: f64::NEG_INFINITY,
+    resumed_level: f64::NAN,
+    short_episode: (0.0, f64::INFINITY),
+};
+
 impl Knee {
+    /// What the overload events left.
+    fn events(&self) -> &Events {
+        self.events.as_deref().unwrap_or(&NO_EVENTS)
+    }
+
+    /// What the overload events left, to change.
+    fn events_mut(&mut self) -> &mut Events {
+        self.events
+            .get_or_insert_with(|| Box::new(NO_EVENTS.clone()))
+    }
+
     fn max_level(&self) -> f64 {
         self.limits.max_concurrency.max(1) as f64
     }
@@ -920,9 +946,12 @@ impl Knee {
     }
 
     fn pace(&mut self) {
-        let known = self
-            .unit()
-            .or_else(|| self.last_event.is_finite().then_some(NO_SERVICE_BASE));
+        let known = self.unit().or_else(|| {
+            self.events()
+                .last_event
+                .is_finite()
+                .then_some(NO_SERVICE_BASE)
+        });
         let Some(unit) = known else {
             return;
         };
@@ -1024,14 +1053,20 @@ impl Knee {
     /// Adds an answer to the CUSUM of overloads (Page's test of a
     /// Bernoulli share: [`E_TOL`] against [`E_SEE`]).
     fn count(&mut self, overload: bool) {
-        self.cusum += cusum_step(overload);
-        if self.cusum <= 0.0 {
-            self.cusum = 0.0;
-            self.errors = 0;
-            self.answers = 0;
+        if !overload && self.events.is_none() {
+            // The score stands at zero before the first overload, and a
+            // success leaves it there (its step is negative).
+            return;
+        }
+        let events = self.events_mut();
+        events.cusum += cusum_step(overload);
+        if events.cusum <= 0.0 {
+            events.cusum = 0.0;
+            events.errors = 0;
+            events.answers = 0;
         } else {
-            self.errors += u64::from(overload);
-            self.answers = self.answers.saturating_add(1);
+            events.errors += u64::from(overload);
+            events.answers = events.answers.saturating_add(1);
         }
     }
 
@@ -1148,14 +1183,16 @@ impl Knee {
     }
 
     fn on_success(&mut self, latency: f64, in_flight: usize, at: f64, sent: f64, belongs: Belongs) {
-        if sent >= self.last_event {
+        if sent >= self.events().last_event {
             self.count(false);
-            self.batch = None;
+            if let Some(events) = self.events.as_mut() {
+                events.batch = None;
+            }
         } else {
             self.batch(true);
         }
         self.served(at);
-        if sent >= self.resumed {
+        if sent >= self.events().resumed {
             self.resumed_served = self.resumed_served.saturating_add(1);
         }
         let first = self.reference.n == 0.0;
@@ -1624,14 +1661,17 @@ impl Knee {
             self.knee = f64::INFINITY;
             self.headroom = 0.0;
         }
-        if self.level > self.err_ceiling && self.level < self.err_hi {
+        let events = self.events();
+        if self.level > events.err_ceiling && self.level < events.err_hi {
             // A probe above an overload ceiling went clean (a window at
             // the ceiling itself is none: it would forget the ceiling
             // whenever the level that failed is within a step of it).
-            self.err_ceiling = self.level;
-            if self.err_hi - self.err_ceiling < self.min_step() {
-                self.err_ceiling = f64::INFINITY;
-                self.err_hi = f64::INFINITY;
+            let (level, min_step) = (self.level, self.min_step());
+            let events = self.events_mut();
+            events.err_ceiling = level;
+            if events.err_hi - events.err_ceiling < min_step {
+                events.err_ceiling = f64::INFINITY;
+                events.err_hi = f64::INFINITY;
             }
         }
         self.clean = Some(self.level);
@@ -1639,7 +1679,7 @@ impl Knee {
         // may hold a queue too small to see, which would raise the
         // reference, then the knee, then the queue. The reference follows
         // drift through the re-measures at half the level.)
-        let top = (self.knee - self.headroom).min(self.err_ceiling);
+        let top = (self.knee - self.headroom).min(self.events().err_ceiling);
         let level = self.level;
         if level + self.step <= top {
             let next = level + self.step.max((top - level) / 2.0).min(top - level);
@@ -1663,16 +1703,18 @@ impl Knee {
                     let probe = top.round() + 1.0;
                     self.set_level(probe.max(level + self.min_step()), at);
                 }
-            } else if self.err_ceiling.is_finite() {
+            } else if self.events().err_ceiling.is_finite() {
                 // A pause costs the answers it kept from being sent, at the
                 // level's rate (Little's law), besides the overloads.
+                let events = self.events();
                 let paused = self
                     .unit()
-                    .map_or(0.0, |unit| self.event_pause * self.level / unit);
-                let budget = (self.event_errors as f64 + paused) / E_BUDGET;
-                let waited = at - self.last_event >= PAUSE_SPACING * self.event_pause;
+                    .map_or(0.0, |unit| events.event_pause * self.level / unit);
+                let budget = (events.event_errors as f64 + paused) / E_BUDGET;
+                let waited = at - events.last_event >= PAUSE_SPACING * events.event_pause;
                 if self.answers_since_event as f64 >= budget && waited {
-                    let probe = (self.err_ceiling + self.err_hi.min(2.0 * self.err_ceiling)) / 2.0;
+                    let probe =
+                        (events.err_ceiling + events.err_hi.min(2.0 * events.err_ceiling)) / 2.0;
                     self.set_level(probe.max(level + self.min_step()), at);
                 }
             }
@@ -1698,11 +1740,13 @@ impl Knee {
             clean
         }
         .min(self.level);
-        self.err_hi = self.level;
-        self.err_ceiling = level;
-        self.last_event = at;
-        self.event_errors = self.refused.max(1);
-        self.event_pause = 0.0;
+        let (failed, errors) = (self.level, self.refused.max(1));
+        let events = self.events_mut();
+        events.err_hi = failed;
+        events.err_ceiling = level;
+        events.last_event = at;
+        events.event_errors = errors;
+        events.event_pause = 0.0;
         self.answers_since_event = 0;
         self.clean = None;
         self.step = self.min_step();
@@ -1713,7 +1757,7 @@ impl Knee {
     /// (its batch): once a few are in, the share served tells the level
     /// the host allowed when it refused, whatever burst it allowed before.
     fn batch(&mut self, ok: bool) {
-        let Some(batch) = self.batch.as_mut() else {
+        let Some(batch) = self.events.as_mut().and_then(|e| e.batch.as_mut()) else {
             return;
         };
         if ok {
@@ -1727,7 +1771,7 @@ impl Knee {
         }
         let allowed = batch.level * batch.ok as f64 / total as f64;
         if allowed < self.level {
-            self.err_ceiling = self.err_ceiling.min(allowed);
+            self.events_mut().err_ceiling = self.events().err_ceiling.min(allowed);
             let level = allowed.max(self.min_level());
             self.keep_unit(level);
             self.level = level;
@@ -1749,19 +1793,23 @@ impl Knee {
     /// nothing (a server refusing everything for now) starts the count
     /// afresh.
     fn bucket_rate(&mut self, sent: f64) -> Option<f64> {
-        if !self.resumed.is_finite() || sent < self.resumed || self.level != self.resumed_level {
+        let events = self.events();
+        if !events.resumed.is_finite()
+            || sent < events.resumed
+            || self.level != events.resumed_level
+        {
             return None;
         }
         // The requests still out at the refusal were passed before it.
         let n = self.resumed_served as f64 + self.in_flight.saturating_sub(1) as f64;
-        let t = sent - self.resumed;
+        let t = sent - events.resumed;
         if n < 1.0 {
-            self.short_episode = (0.0, f64::INFINITY);
+            self.events_mut().short_episode = (0.0, f64::INFINITY);
             return None;
         }
-        let (n0, t0) = self.short_episode;
+        let (n0, t0) = self.events().short_episode;
         if t < t0 {
-            self.short_episode = (n, t);
+            self.events_mut().short_episode = (n, t);
         }
         if !t0.is_finite() || t <= t0 || n - n0 < BUCKET_COUNT {
             return None;
@@ -1772,16 +1820,16 @@ impl Knee {
     }
 
     fn on_overload(&mut self, at: f64, sent: f64, pause: f64) {
-        if sent < self.last_event {
+        if sent < self.events().last_event {
             // Answered to a request sent before the last reaction.
             self.batch(false);
             return;
         }
         self.count(true);
-        if pause == 0.0 && self.cusum < H_EVENT {
+        if pause == 0.0 && self.events().cusum < H_EVENT {
             return;
         }
-        let errors = self.errors;
+        let errors = self.events().errors;
         let share = self.served_share(false);
         let share_any = self.served_share(true);
         let succession = self.refused_whole(pause);
@@ -1791,7 +1839,7 @@ impl Knee {
         let served_any = self.prev + self.bucket > 0;
         // What was served since the last pause may still hold the burst the
         // server allowed after it.
-        let fresh = at - self.resumed < 2.0 * self.bucket_len();
+        let fresh = at - self.events().resumed < 2.0 * self.bucket_len();
         let bucket = if pause > 0.0 {
             self.bucket_rate(sent).and_then(|r| Some(r * self.unit()?))
         } else {
@@ -1802,23 +1850,24 @@ impl Knee {
             // Nothing is sent during the pause: the count starts afresh
             // after it.
             self.bucket_start = at + pause;
-            self.resumed = at + pause;
+            self.events_mut().resumed = at + pause;
             self.resumed_served = 0;
             self.bucket = 0;
             self.prev = 0;
             self.prev_len = 0.0;
         }
-        self.cusum = 0.0;
-        self.errors = 0;
-        self.answers = 0;
         self.run_answers = 0;
         self.run_errors = 0;
-        self.last_event = at;
-        self.event_errors = errors.max(1);
-        self.event_pause = pause;
         self.answers_since_event = 0;
         let level = self.level;
-        self.batch = Some(Batch {
+        let events = self.events_mut();
+        events.cusum = 0.0;
+        events.errors = 0;
+        events.answers = 0;
+        events.last_event = at;
+        events.event_errors = errors.max(1);
+        events.event_pause = pause;
+        events.batch = Some(Batch {
             level,
             ok: 0,
             refused: 0,
@@ -1828,7 +1877,7 @@ impl Knee {
             // everything for now, whatever the rate; the pause is the whole
             // reaction, and the slot resumes at its level.
             self.reset_window(at);
-            self.resumed_level = self.level;
+            self.events_mut().resumed_level = self.level;
             return;
         }
         if self.reference.n == 0.0 {
@@ -1896,12 +1945,12 @@ impl Knee {
         let level = episode.unwrap_or(level).min(self.level);
         if bucket.is_some() {
             // The bucket's rate says what the answers still out would.
-            self.batch = None;
+            self.events_mut().batch = None;
         }
         if level < self.level {
             // Up to what was served, raises are free; above, they are
             // probes paid from a budget.
-            self.err_hi = self.level;
+            self.events_mut().err_hi = self.level;
             // (After a pause, what was served may hold a burst the server
             // allowed once: the ceiling is the safe level. At a rate, the
             // share served is the rate limit's own measure, where the
@@ -1912,16 +1961,16 @@ impl Knee {
                 Some((served, _)) if pause == 0.0 && served < self.level => served.max(level),
                 _ => level,
             };
-            self.err_ceiling = share_top.unwrap_or(ceiling);
+            self.events_mut().err_ceiling = share_top.unwrap_or(ceiling);
             if let Some(episode) = episode {
-                self.err_ceiling = self.err_ceiling.min(episode);
+                self.events_mut().err_ceiling = self.events().err_ceiling.min(episode);
             }
         }
         self.clean = None;
         self.step = self.min_step();
         self.set_level(level, at);
         if pause > 0.0 {
-            self.resumed_level = self.level;
+            self.events_mut().resumed_level = self.level;
         }
     }
 }
@@ -1975,7 +2024,7 @@ impl Policy for Knee {
             return self.throttle();
         }
         self.episode(overload, sent);
-        if belongs != Belongs::Stale && sent >= self.last_event {
+        if belongs != Belongs::Stale && sent >= self.events().last_event {
             self.run_answers = self.run_answers.saturating_add(1);
             self.run_errors = self.run_errors.saturating_add(u64::from(overload));
         }
@@ -2153,13 +2202,13 @@ mod tests {
         let mut k = Adaptive::default().knee();
         for i in 1..=100_000u32 {
             k.count(i % 50 == 0);
-            assert!(k.cusum < H_EVENT, "event after {i} answers");
+            assert!(k.events().cusum < H_EVENT, "event after {i} answers");
         }
         // One in ten does, within about 70 answers.
         let mut k = Adaptive::default().knee();
         let n = (1..=1000u32).find(|i| {
             k.count(i % 10 == 0);
-            k.cusum >= H_EVENT
+            k.events().cusum >= H_EVENT
         });
         assert!(n.is_some_and(|n| n <= 150), "{n:?}");
     }
@@ -2394,8 +2443,8 @@ mod tests {
         // one of 1.3 s passes 5 + 26 = 31.
         let mut k = Adaptive::default().knee();
         let episode = |k: &mut Knee, n: u64, t: f64| {
-            k.resumed = 10.0;
-            k.resumed_level = k.level;
+            k.events_mut().resumed = 10.0;
+            k.events_mut().resumed_level = k.level;
             k.resumed_served = n;
             k.in_flight = 1;
             k.bucket_rate(10.0 + t)
@@ -2412,8 +2461,8 @@ mod tests {
         // An episode at a level that changed during it tells nothing.
         let mut c = Adaptive::default().knee();
         assert_eq!(episode(&mut c, 11, 0.3), None);
-        c.resumed = 10.0;
-        c.resumed_level = c.level + 1.0;
+        c.events_mut().resumed = 10.0;
+        c.events_mut().resumed_level = c.level + 1.0;
         c.resumed_served = 31;
         assert_eq!(c.bucket_rate(11.3), None);
         // One that passed nothing (a server refusing everything) starts
@@ -2477,7 +2526,11 @@ mod tests {
         k.set_level(0.5, 1.0);
         refused(&mut k, 0.002, 1);
         assert!((k.level - 0.5 / 7.0).abs() < 1e-12, "{}", k.level);
-        assert!((k.err_ceiling - 0.3).abs() < 1e-12, "{}", k.err_ceiling);
+        assert!(
+            (k.events().err_ceiling - 0.3).abs() < 1e-12,
+            "{}",
+            k.events().err_ceiling
+        );
         // Above a rate the same run cuts by β at most: the refusals may
         // have outrun successes still being served.
         let mut c = cruising(0.001);
@@ -2516,11 +2569,11 @@ mod tests {
         // 21 / 0.5 % = 4 200 answers, not 200.
         let mut k = cruising(0.02);
         k.level = 0.4;
-        k.err_ceiling = 0.4;
-        k.err_hi = 0.5;
-        k.last_event = 0.0;
-        k.event_errors = 1;
-        k.event_pause = 1.0;
+        k.events_mut().err_ceiling = 0.4;
+        k.events_mut().err_hi = 0.5;
+        k.events_mut().last_event = 0.0;
+        k.events_mut().event_errors = 1;
+        k.events_mut().event_pause = 1.0;
         let at = 100.0;
         k.answers_since_event = 4_000;
         k.raise(at);
@@ -2544,7 +2597,7 @@ mod tests {
         let before = k.level;
         run(&mut k, 64.0, 0.1, 1, 7, 1.0);
         assert!(k.level < before, "{} from {before}", k.level);
-        assert!(k.err_ceiling < before);
+        assert!(k.events().err_ceiling < before);
     }
 
     #[test]
