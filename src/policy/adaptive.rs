@@ -242,7 +242,6 @@ impl Adaptive {
         Knee {
             phase: Phase::Startup,
             level,
-            step: 1.0,
             clean: None,
             level_since: 0.0,
             draining: false,
@@ -262,18 +261,10 @@ impl Adaptive {
             above: 0,
             below: 0,
             run: Acc::default(),
-            knee: f64::INFINITY,
-            headroom: 0.0,
-            at_top: 0,
-            probe_every: MIN_PROBE_EVERY,
-            probing: false,
+            cruising: None,
             weak_exit: false,
             remeasuring: false,
             provisional: true,
-            verify: None,
-            suspect: None,
-            base_probe: None,
-            base_due: BASE_INTERVAL,
             bucket_start: 0.0,
             bucket: 0,
             prev: 0,
@@ -615,8 +606,6 @@ struct Knee {
     phase: Phase,
     /// The level `λ`: requests aimed at in flight (a rate below 1).
     level: f64,
-    /// The next raise in Cruise.
-    step: f64,
     /// The last level whose window was clean, below the current one.
     clean: Option<f64>,
     /// When the level last changed: answers sent before are stale.
@@ -654,16 +643,9 @@ struct Knee {
     above: u32,
     below: u32,
     run: Acc,
-    /// The estimated capacity, and the part of it noise cannot resolve.
-    knee: f64,
-    headroom: f64,
-    /// Clean windows at the top, towards the next probe.
-    at_top: u32,
-    /// Clean windows at the top between two probes above it: doubled by
-    /// every probe that finds a queue, reset by one that does not.
-    probe_every: u32,
-    /// The level is a probe above the knee.
-    probing: bool,
+    /// What Cruise keeps of the knee (boxed: a slot that never left
+    /// Startup, as most in a broad crawl, has none).
+    cruising: Option<Box<Cruising>>,
     /// Startup ended on a small sample: the first window after may find
     /// it spurious, and resume it.
     weak_exit: bool,
@@ -674,13 +656,6 @@ struct Knee {
     /// next level, which keep the quick answers of a heavy tail and miss
     /// the slow ones. The first full window below the knee replaces it.
     provisional: bool,
-    verify: Option<Box<Verify>>,
-    /// A window that showed a queue, waiting for the next to confirm it.
-    suspect: Option<Box<Acc>>,
-    /// The level to come back to while the no-load latency is re-measured
-    /// at half of it, and when that is due next.
-    base_probe: Option<f64>,
-    base_due: f64,
     /// Successes counted in two buckets of time, the current one (since
     /// `bucket_start`) and the one before (`prev` over `prev_len`): the
     /// rate the host served lately.
@@ -716,6 +691,45 @@ struct Limits {
     max_delay: f64,
     max_concurrency: usize,
 }
+
+/// The part of [`Knee`] that Cruise sets (and Startup, as it ends); until
+/// then, [`NO_CRUISING`] stands for it.
+#[derive(Clone, Debug)]
+struct Cruising {
+    /// The next raise in Cruise.
+    step: f64,
+    /// The estimated capacity, and the part of it noise cannot resolve.
+    knee: f64,
+    headroom: f64,
+    /// Clean windows at the top, towards the next probe.
+    at_top: u32,
+    /// Clean windows at the top between two probes above it: doubled by
+    /// every probe that finds a queue, reset by one that does not.
+    probe_every: u32,
+    /// The level is a probe above the knee.
+    probing: bool,
+    verify: Option<Box<Verify>>,
+    /// A window that showed a queue, waiting for the next to confirm it.
+    suspect: Option<Box<Acc>>,
+    /// The level to come back to while the no-load latency is re-measured
+    /// at half of it, and when that is due next.
+    base_probe: Option<f64>,
+    base_due: f64,
+}
+
+/// A controller's [`Cruising`] before Cruise.
+static NO_CRUISING: Cruising = Cruising {
+    step: 1.0,
+    knee: f64::INFINITY,
+    headroom: 0.0,
+    at_top: 0,
+    probe_every: MIN_PROBE_EVERY,
+    probing: false,
+    verify: None,
+    suspect: None,
+    base_probe: None,
+    base_due: BASE_INTERVAL,
+};
 
 /// The part of [`Knee`] that only overload events set; until the first,
 /// [`NO_EVENTS`] stands for it.
@@ -765,6 +779,17 @@ static NO_EVENTS: Events = Events {
 };
 
 impl Knee {
+    /// What Cruise keeps of the knee.
+    fn cruising(&self) -> &Cruising {
+        self.cruising.as_deref().unwrap_or(&NO_CRUISING)
+    }
+
+    /// What Cruise keeps of the knee, to change.
+    fn cruising_mut(&mut self) -> &mut Cruising {
+        self.cruising
+            .get_or_insert_with(|| Box::new(NO_CRUISING.clone()))
+    }
+
     /// What the overload events left.
     fn events(&self) -> &Events {
         self.events.as_deref().unwrap_or(&NO_EVENTS)
@@ -834,7 +859,9 @@ impl Knee {
         let level = within(level, self.min_level(), self.max_level());
         self.keep_unit(level);
         if level != self.level {
-            self.suspect = None;
+            if let Some(cruising) = self.cruising.as_mut() {
+                cruising.suspect = None;
+            }
             // In Cruise the first round trip at a new level is a transient
             // (a queue drains, or builds): it is skipped. Startup judges it,
             // to leave at the first sign of a queue.
@@ -1313,8 +1340,8 @@ impl Knee {
     /// Startup met a queue: on to Cruise at the estimated knee.
     fn exit_startup(&mut self, c: f64, headroom: f64, test: &Test, at: f64, early: bool) {
         self.weak_exit = test.df < 8.0;
-        self.knee = c;
-        self.headroom = headroom;
+        self.cruising_mut().knee = c;
+        self.cruising_mut().headroom = headroom;
         let before = self.clean.unwrap_or(1.0);
         // Within the round, the answers so far were sent while the queue
         // was building, and `Ĉ` is too high: back to the last clean level,
@@ -1325,15 +1352,17 @@ impl Knee {
             (c - headroom).max(before)
         };
         self.phase = Phase::Cruise;
-        self.base_due = at + BASE_INTERVAL;
-        self.step = self.min_step();
+        self.cruising_mut().base_due = at + BASE_INTERVAL;
+        self.cruising_mut().step = self.min_step();
         self.set_level(level.min(self.level), at);
     }
 
     /// After each answer in Cruise: fast checks on the latest answers, then the
     /// window's.
     fn cruise(&mut self, at: f64) {
-        let testing = self.verify.is_some() || self.base_probe.is_some() || self.remeasuring;
+        let testing = self.cruising().verify.is_some()
+            || self.cruising().base_probe.is_some()
+            || self.remeasuring;
         let run = self.fast_run();
         if self.above >= run && !testing && self.run.mean_in_flight() <= 1.0 {
             // One at a time, the host itself got slower.
@@ -1354,7 +1383,7 @@ impl Knee {
         let Some(test) = Test::new(&self.window, &self.reference) else {
             return;
         };
-        if let Some(level) = self.base_probe {
+        if let Some(level) = self.cruising().base_probe {
             if !self.complete(
                 (BASE_PROBE_ROUNDS * self.limit() as f64).max(2.0 * MIN_WINDOW),
                 at,
@@ -1370,11 +1399,11 @@ impl Knee {
             if test.above(Z_CUT) {
                 // Above it: the host got slower, or its capacity fell below
                 // half the level. Half of that again tells which.
-                self.base_probe = None;
-                self.verify = Some(Box::new(Verify {
+                self.cruising_mut().base_probe = None;
+                self.cruising_mut().verify = Some(Box::new(Verify {
                     trigger: self.window,
                     level,
-                    knee: self.knee,
+                    knee: self.cruising().knee,
                     deeper: Some(self.window),
                 }));
                 self.set_level(self.level / 2.0, at);
@@ -1387,17 +1416,18 @@ impl Knee {
                 self.reference.merge(&window);
                 self.reference.cap(REFERENCE_MAX);
             }
-            self.base_probe = None;
-            self.base_due = at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+            self.cruising_mut().base_probe = None;
+            self.cruising_mut().base_due =
+                at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
             self.set_level(level, at);
             return;
         }
-        if let Some(v) = self.verify.as_deref().copied() {
+        if let Some(v) = self.cruising().verify.as_deref().copied() {
             self.verify(v, at);
             return;
         }
-        if at >= self.base_due && self.level > 2.0 {
-            self.base_probe = Some(self.level);
+        if at >= self.cruising().base_due && self.level > 2.0 {
+            self.cruising_mut().base_probe = Some(self.level);
             self.set_level(self.level / 2.0, at);
             return;
         }
@@ -1457,8 +1487,8 @@ impl Knee {
             self.weak_exit = false;
             if test.d <= 0.0 && self.bound() {
                 // Startup ended on noise: resume it from here.
-                self.knee = f64::INFINITY;
-                self.headroom = 0.0;
+                self.cruising_mut().knee = f64::INFINITY;
+                self.cruising_mut().headroom = 0.0;
                 self.phase = Phase::Startup;
                 self.reset_window(at);
                 return;
@@ -1500,7 +1530,7 @@ impl Knee {
                     self.cut(&both, &test, at);
                     return;
                 }
-                match self.suspect.take() {
+                match self.cruising_mut().suspect.take() {
                     Some(first) => {
                         both.merge(&first);
                         if let Some(t) = Test::new(&both, &self.reference) {
@@ -1509,14 +1539,14 @@ impl Knee {
                         }
                     }
                     None => {
-                        self.suspect = Some(Box::new(both));
+                        self.cruising_mut().suspect = Some(Box::new(both));
                         self.reset_window(at);
                         return;
                     }
                 }
             }
         }
-        self.suspect = None;
+        self.cruising_mut().suspect = None;
         if test.below(Z_REBASE) && self.window.n >= 2.0 * MIN_REFERENCE {
             // The host got faster: the reference is what it serves now.
             self.rebase(self.window, at);
@@ -1530,7 +1560,7 @@ impl Knee {
         } else {
             // Neither clean enough to raise nor queued enough to cut: hold,
             // with a fresh window.
-            self.step = self.min_step();
+            self.cruising_mut().step = self.min_step();
             self.reset_window(at);
         }
     }
@@ -1539,22 +1569,24 @@ impl Knee {
     /// half, and verify.
     fn cut(&mut self, w: &Acc, test: &Test, at: f64) {
         let (c, headroom) = self.capacity(w, test);
-        self.verify = Some(Box::new(Verify {
+        let (level, min_step) = (self.level, self.min_step());
+        let cruising = self.cruising_mut();
+        cruising.verify = Some(Box::new(Verify {
             trigger: *w,
-            level: self.level,
-            knee: self.knee,
+            level,
+            knee: cruising.knee,
             deeper: None,
         }));
-        self.knee = c;
-        self.headroom = headroom;
-        if self.probing {
+        cruising.knee = c;
+        cruising.headroom = headroom;
+        if cruising.probing {
             // A probe above the knee found a queue: probe half as often.
-            self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
+            cruising.probe_every = (2 * cruising.probe_every).min(MAX_PROBE_EVERY);
         }
-        self.probing = false;
-        self.at_top = 0;
+        cruising.probing = false;
+        cruising.at_top = 0;
+        cruising.step = min_step;
         self.clean = None;
-        self.step = self.min_step();
         // Below one request in flight there is no queue of ours to cut.
         let level = (c - headroom).max(self.level / 2.0).max(1.0);
         self.set_level(level.min(self.level), at);
@@ -1578,7 +1610,7 @@ impl Knee {
             // there too, it was a queue all along; if not, the host got
             // slower, and `candidate` and this window are its no-load
             // latency now.
-            self.verify = None;
+            self.cruising_mut().verify = None;
             // Halving the level halves a queue's latency (down to the
             // no-load one) and leaves a slower host's as it was: the
             // likelier of the two, with the threshold halfway.
@@ -1591,8 +1623,9 @@ impl Knee {
                 let mut reference = self.window;
                 reference.merge(&candidate);
                 self.reference = reference;
-                self.knee = v.knee;
-                self.base_due = at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+                self.cruising_mut().knee = v.knee;
+                self.cruising_mut().base_due =
+                    at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
                 self.set_level(v.level, at);
             }
             return;
@@ -1600,7 +1633,7 @@ impl Knee {
         if !test.above(Z_CUT) {
             // The latency came back to the reference: it was a queue, and
             // the cut drained it.
-            self.verify = None;
+            self.cruising_mut().verify = None;
             self.reset_window(at);
             return;
         }
@@ -1615,14 +1648,14 @@ impl Knee {
         if (moved - levels).abs() < moved.abs() {
             // It looks like drift, but the trigger may have caught a queue
             // still building: half the level tells for sure.
-            self.verify = Some(Box::new(Verify {
+            self.cruising_mut().verify = Some(Box::new(Verify {
                 deeper: Some(self.window),
                 ..v
             }));
             self.set_level(self.level / 2.0, at);
             return;
         }
-        self.verify = None;
+        self.cruising_mut().verify = None;
         // A queue, and some remains: cut again.
         if self.window.n >= self.needed(test) {
             let (c, _) = self.capacity(&self.window, test);
@@ -1647,19 +1680,20 @@ impl Knee {
     /// reference is what it serves now.
     fn rebase(&mut self, to: Acc, at: f64) {
         self.reference = to;
-        self.verify = None;
+        self.cruising_mut().verify = None;
         self.reset_window(at);
         self.pace();
     }
 
     /// A clean window in use: raise the level.
     fn raise(&mut self, at: f64) {
-        if self.probing {
+        if self.cruising().probing {
             // The probe above the knee was clean: the host grew.
-            self.probing = false;
-            self.probe_every = MIN_PROBE_EVERY;
-            self.knee = f64::INFINITY;
-            self.headroom = 0.0;
+            let cruising = self.cruising_mut();
+            cruising.probing = false;
+            cruising.probe_every = MIN_PROBE_EVERY;
+            cruising.knee = f64::INFINITY;
+            cruising.headroom = 0.0;
         }
         let events = self.events();
         if self.level > events.err_ceiling && self.level < events.err_hi {
@@ -1679,27 +1713,31 @@ impl Knee {
         // may hold a queue too small to see, which would raise the
         // reference, then the knee, then the queue. The reference follows
         // drift through the re-measures at half the level.)
-        let top = (self.knee - self.headroom).min(self.events().err_ceiling);
+        let Cruising {
+            knee,
+            headroom,
+            step,
+            ..
+        } = *self.cruising();
+        let top = (knee - headroom).min(self.events().err_ceiling);
         let level = self.level;
-        if level + self.step <= top {
-            let next = level + self.step.max((top - level) / 2.0).min(top - level);
-            let next = if top.is_finite() {
-                next
-            } else {
-                level + self.step
-            };
-            self.step = (2.0 * self.step).min(self.min_step().max(next / 4.0));
+        if level + step <= top {
+            let next = level + step.max((top - level) / 2.0).min(top - level);
+            let next = if top.is_finite() { next } else { level + step };
+            self.cruising_mut().step = (2.0 * step).min(self.min_step().max(next / 4.0));
             self.set_level(next, at);
         } else if level < top {
-            self.step = self.min_step();
+            self.cruising_mut().step = self.min_step();
             self.set_level(top, at);
         } else {
-            self.at_top = self.at_top.saturating_add(1);
+            let cruising = self.cruising_mut();
+            cruising.at_top = cruising.at_top.saturating_add(1);
             self.reset_window(at);
-            if self.knee.is_finite() && top == self.knee - self.headroom {
-                if self.at_top >= self.probe_every {
-                    self.at_top = 0;
-                    self.probing = true;
+            if knee.is_finite() && top == knee - headroom {
+                let cruising = self.cruising_mut();
+                if cruising.at_top >= cruising.probe_every {
+                    cruising.at_top = 0;
+                    cruising.probing = true;
                     let probe = top.round() + 1.0;
                     self.set_level(probe.max(level + self.min_step()), at);
                 }
@@ -1749,7 +1787,7 @@ impl Knee {
         events.event_pause = 0.0;
         self.answers_since_event = 0;
         self.clean = None;
-        self.step = self.min_step();
+        self.cruising_mut().step = self.min_step();
         self.set_level(level, at);
     }
 
@@ -1889,8 +1927,8 @@ impl Knee {
             return;
         }
         self.phase = Phase::Cruise;
-        self.verify = None;
-        self.probing = false;
+        self.cruising_mut().verify = None;
+        self.cruising_mut().probing = false;
         // Requests were served, then refused: the level is too much for
         // the host. To what it served (BBRv2's `inflight_lo`: what was
         // delivered). A pause costs a round of answers, so after one the
@@ -1967,7 +2005,7 @@ impl Knee {
             }
         }
         self.clean = None;
-        self.step = self.min_step();
+        self.cruising_mut().step = self.min_step();
         self.set_level(level, at);
         if pause > 0.0 {
             self.events_mut().resumed_level = self.level;
