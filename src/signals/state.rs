@@ -59,11 +59,19 @@ pub(crate) struct Signals {
     /// A smoothed spacing between dispatches, for sizing the backoff.
     interval: Option<Duration>,
     pub(crate) floor: Duration,
+    /// The jitter, when there is any (boxed: it is off by default, and then
+    /// a slot carries a null pointer instead of three words).
+    jitter: Option<Box<Jitter>>,
+    pub(crate) overloads: u64,
+}
+
+/// A slot's jitter: its amount, its random stream, and the factor drawn at
+/// the last dispatch.
+#[derive(Debug, Clone)]
+struct Jitter {
     jitter: f64,
     rng: u64,
-    /// The jitter factor drawn at the last dispatch.
     factor: f64,
-    pub(crate) overloads: u64,
 }
 
 /// The part of [`Signals`] that only a server's answer sets.
@@ -102,9 +110,14 @@ impl Signals {
             trouble: None,
             interval: None,
             floor: Duration::ZERO,
-            jitter,
-            rng: seed,
-            factor: 1.0,
+            // A jitter of 0 (or below) draws nothing: the factor stays 1.
+            jitter: (jitter > 0.0).then(|| {
+                Box::new(Jitter {
+                    jitter,
+                    rng: seed,
+                    factor: 1.0,
+                })
+            }),
             overloads: 0,
         }
     }
@@ -136,10 +149,11 @@ impl Signals {
 
     /// The gap required after the last dispatch, with jitter applied.
     pub(crate) fn gap(&self, delay: Duration) -> Duration {
-        if self.factor == 1.0 {
+        let factor = self.jitter.as_ref().map_or(1.0, |j| j.factor);
+        if factor == 1.0 {
             delay
         } else {
-            crate::time::mul_f64(delay, self.factor)
+            crate::time::mul_f64(delay, factor)
         }
     }
 
@@ -158,9 +172,9 @@ impl Signals {
                 None => gap,
             });
         }
-        if self.jitter > 0.0 {
-            let u = next_unit(&mut self.rng);
-            self.factor = (1.0 + self.jitter * (2.0 * u - 1.0)).max(0.0);
+        if let Some(j) = self.jitter.as_deref_mut() {
+            let u = next_unit(&mut j.rng);
+            j.factor = (1.0 + j.jitter * (2.0 * u - 1.0)).max(0.0);
         }
     }
 
