@@ -313,7 +313,7 @@ impl Slot {
 
     /// Sets or lifts the slot's delay floor.
     pub(crate) fn set_floor(&self, floor: Duration) {
-        self.change(|state| state.signals.floor = floor);
+        self.change(|state| state.signals.set_floor(floor));
     }
 
     /// Since when the slot is evictable (see [`SlotTable`]), if it is.
