@@ -243,7 +243,6 @@ impl Adaptive {
         Knee {
             phase: Phase::Startup,
             level,
-            step: 1.0,
             clean: None,
             level_since: 0.0,
             draining: false,
@@ -263,42 +262,27 @@ impl Adaptive {
             above: 0,
             below: 0,
             run: Acc::default(),
-            knee: f64::INFINITY,
-            headroom: 0.0,
-            at_top: 0,
-            probe_every: MIN_PROBE_EVERY,
-            probing: false,
+            cruising: None,
             weak_exit: false,
             remeasuring: false,
             provisional: true,
-            verify: None,
-            suspect: None,
-            base_probe: None,
-            base_due: BASE_INTERVAL,
             bucket_start: 0.0,
             bucket: 0,
             prev: 0,
             prev_len: 0.0,
-            resumed: f64::NEG_INFINITY,
             resumed_served: 0,
-            resumed_level: f64::NAN,
-            short_episode: (0.0, f64::INFINITY),
-            batch: None,
-            cusum: 0.0,
+            events: None,
             episode: None,
-            errors: 0,
-            answers: 0,
-            last_event: f64::NEG_INFINITY,
-            event_errors: 0,
-            event_pause: 0.0,
             answers_since_event: 0,
             run_answers: 0,
             run_errors: 0,
-            err_hi: f64::INFINITY,
-            err_ceiling: f64::INFINITY,
             rate_unit: f64::NAN,
             delay: self.start_delay.max(self.min_delay),
-            config: self.clone(),
+            limits: Limits {
+                min_delay: self.min_delay,
+                max_delay: self.max_delay,
+                max_concurrency: self.max_concurrency,
+            },
         }
     }
 }
@@ -623,8 +607,6 @@ pub(crate) struct Knee {
     phase: Phase,
     /// The level `λ`: requests aimed at in flight (a rate below 1).
     level: f64,
-    /// The next raise in Cruise.
-    step: f64,
     /// The last level whose window was clean, below the current one.
     clean: Option<f64>,
     /// When the level last changed: answers sent before are stale.
@@ -662,16 +644,9 @@ pub(crate) struct Knee {
     above: u32,
     below: u32,
     run: Acc,
-    /// The estimated capacity, and the part of it noise cannot resolve.
-    knee: f64,
-    headroom: f64,
-    /// Clean windows at the top, towards the next probe.
-    at_top: u32,
-    /// Clean windows at the top between two probes above it: doubled by
-    /// every probe that finds a queue, reset by one that does not.
-    probe_every: u32,
-    /// The level is a probe above the knee.
-    probing: bool,
+    /// What Cruise keeps of the knee (boxed: a slot that never left
+    /// Startup, as most in a broad crawl, has none).
+    cruising: Option<Box<Cruising>>,
     /// Startup ended on a small sample: the first window after may find
     /// it spurious, and resume it.
     weak_exit: bool,
@@ -682,13 +657,6 @@ pub(crate) struct Knee {
     /// next level, which keep the quick answers of a heavy tail and miss
     /// the slow ones. The first full window below the knee replaces it.
     provisional: bool,
-    verify: Option<Box<Verify>>,
-    /// A window that showed a queue, waiting for the next to confirm it.
-    suspect: Option<Box<Acc>>,
-    /// The level to come back to while the no-load latency is re-measured
-    /// at half of it, and when that is due next.
-    base_probe: Option<f64>,
-    base_due: f64,
     /// Successes counted in two buckets of time, the current one (since
     /// `bucket_start`) and the one before (`prev` over `prev_len`): the
     /// rate the host served lately.
@@ -696,10 +664,95 @@ pub(crate) struct Knee {
     bucket: u64,
     prev: u64,
     prev_len: f64,
-    /// When the last pause ended, and the successes since (to requests
-    /// sent after it).
-    resumed: f64,
+    /// The successes since the last pause ended (to requests sent after
+    /// it; see [`Events::resumed`]).
     resumed_served: u64,
+    /// The answers since the last overload event.
+    answers_since_event: u64,
+    /// What the overload events left (boxed: most slots are never refused).
+    events: Option<Box<Events>>,
+    /// The overload episode, while there is one (boxed: most slots are
+    /// never refused).
+    episode: Option<Box<Episode>>,
+    /// Answers to requests sent at this level since it was set (or since
+    /// the last event), and the overloads among them.
+    run_answers: u64,
+    run_errors: u64,
+    /// At a rate (a level below 1), the no-load latency its levels are in,
+    /// taken when the level went below 1 (NaN above).
+    rate_unit: f64,
+    delay: f64,
+    limits: Limits,
+}
+
+/// The parameters a controller reads after it started.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    min_delay: f64,
+    max_delay: f64,
+    max_concurrency: usize,
+}
+
+/// The part of [`Knee`] that Cruise sets (and Startup, as it ends); until
+/// then, [`NO_CRUISING`] stands for it.
+#[derive(Clone, Debug)]
+struct Cruising {
+    /// The next raise in Cruise.
+    step: f64,
+    /// The estimated capacity, and the part of it noise cannot resolve.
+    knee: f64,
+    headroom: f64,
+    /// Clean windows at the top, towards the next probe.
+    at_top: u32,
+    /// Clean windows at the top between two probes above it: doubled by
+    /// every probe that finds a queue, reset by one that does not.
+    probe_every: u32,
+    /// The level is a probe above the knee.
+    probing: bool,
+    verify: Option<Box<Verify>>,
+    /// A window that showed a queue, waiting for the next to confirm it.
+    suspect: Option<Box<Acc>>,
+    /// The level to come back to while the no-load latency is re-measured
+    /// at half of it, and when that is due next.
+    base_probe: Option<f64>,
+    base_due: f64,
+}
+
+/// A controller's [`Cruising`] before Cruise.
+static NO_CRUISING: Cruising = Cruising {
+    step: 1.0,
+    knee: f64::INFINITY,
+    headroom: 0.0,
+    at_top: 0,
+    probe_every: MIN_PROBE_EVERY,
+    probing: false,
+    verify: None,
+    suspect: None,
+    base_probe: None,
+    base_due: BASE_INTERVAL,
+};
+
+/// The part of [`Knee`] that only overload events set; until the first,
+/// [`NO_EVENTS`] stands for it.
+#[derive(Clone, Debug)]
+struct Events {
+    /// The CUSUM of overloads against [`E_TOL`], and the overloads and
+    /// answers since it last stood at zero.
+    cusum: f64,
+    errors: u64,
+    answers: u64,
+    /// The last overload event (answers sent before it belong to it).
+    last_event: f64,
+    event_errors: u64,
+    event_pause: f64,
+    /// The level that failed, and the clean level below it.
+    err_hi: f64,
+    err_ceiling: f64,
+    /// The batch of the last overload event, until an answer to a request
+    /// sent after it comes.
+    batch: Option<Batch>,
+    /// When the last pause ended.
+    resumed: f64,
     /// The level the slot resumed at: an episode tells the bucket only if
     /// it was sent at one level throughout (above the bucket's rate, as
     /// it ended refused; a rising level may have left tokens unused).
@@ -708,43 +761,53 @@ pub(crate) struct Knee {
     /// anything: the requests it passed and how long it lasted, in seconds
     /// (infinite while there is none; see [`Knee::bucket_rate`]).
     short_episode: (f64, f64),
-    /// The batch of the last overload event, until an answer to a request
-    /// sent after it comes.
-    batch: Option<Batch>,
-    /// The CUSUM of overloads against [`E_TOL`], and the overloads and
-    /// answers since it last stood at zero.
-    cusum: f64,
-    /// The overload episode, while there is one (boxed: most slots are
-    /// never refused).
-    episode: Option<Box<Episode>>,
-    errors: u64,
-    answers: u64,
-    /// The last overload event (answers sent before it belong to it).
-    last_event: f64,
-    event_errors: u64,
-    event_pause: f64,
-    answers_since_event: u64,
-    /// Answers to requests sent at this level since it was set (or since
-    /// the last event), and the overloads among them.
-    run_answers: u64,
-    run_errors: u64,
-    /// The level that failed, and the clean level below it.
-    err_hi: f64,
-    err_ceiling: f64,
-    /// At a rate (a level below 1), the no-load latency its levels are in,
-    /// taken when the level went below 1 (NaN above).
-    rate_unit: f64,
-    delay: f64,
-    config: Adaptive,
 }
 
+/// A controller's [`Events`] before any overload event.
+static NO_EVENTS: Events = Events {
+    cusum: 0.0,
+    errors: 0,
+    answers: 0,
+    last_event: f64::NEG_INFINITY,
+    event_errors: 0,
+    event_pause: 0.0,
+    err_hi: f64::INFINITY,
+    err_ceiling: f64::INFINITY,
+    batch: None,
+    resumed: f64::NEG_INFINITY,
+    resumed_level: f64::NAN,
+    short_episode: (0.0, f64::INFINITY),
+};
+
 impl Knee {
+    /// What Cruise keeps of the knee.
+    fn cruising(&self) -> &Cruising {
+        self.cruising.as_deref().unwrap_or(&NO_CRUISING)
+    }
+
+    /// What Cruise keeps of the knee, to change.
+    fn cruising_mut(&mut self) -> &mut Cruising {
+        self.cruising
+            .get_or_insert_with(|| Box::new(NO_CRUISING.clone()))
+    }
+
+    /// What the overload events left.
+    fn events(&self) -> &Events {
+        self.events.as_deref().unwrap_or(&NO_EVENTS)
+    }
+
+    /// What the overload events left, to change.
+    fn events_mut(&mut self) -> &mut Events {
+        self.events
+            .get_or_insert_with(|| Box::new(NO_EVENTS.clone()))
+    }
+
     fn max_level(&self) -> f64 {
-        self.config.max_concurrency.max(1) as f64
+        self.limits.max_concurrency.max(1) as f64
     }
 
     fn limit(&self) -> usize {
-        (self.level.round().max(1.0) as usize).min(self.config.max_concurrency.max(1))
+        (self.level.round().max(1.0) as usize).min(self.limits.max_concurrency.max(1))
     }
 
     /// The smallest step of the level: one request, or an eighth below 8.
@@ -788,7 +851,7 @@ impl Knee {
     /// for a host slower than that).
     fn min_level(&self) -> f64 {
         self.unit()
-            .map_or(0.0, |b| b / self.config.max_delay.max(1e-9))
+            .map_or(0.0, |b| b / self.limits.max_delay.max(1e-9))
             .clamp(1e-6, 1.0)
     }
 
@@ -797,7 +860,9 @@ impl Knee {
         let level = within(level, self.min_level(), self.max_level());
         self.keep_unit(level);
         if level != self.level {
-            self.suspect = None;
+            if let Some(cruising) = self.cruising.as_mut() {
+                cruising.suspect = None;
+            }
             // In Cruise the first round trip at a new level is a transient
             // (a queue drains, or builds): it is skipped. Startup judges it,
             // to leave at the first sign of a queue.
@@ -909,9 +974,12 @@ impl Knee {
     }
 
     fn pace(&mut self) {
-        let known = self
-            .unit()
-            .or_else(|| self.last_event.is_finite().then_some(NO_SERVICE_BASE));
+        let known = self.unit().or_else(|| {
+            self.events()
+                .last_event
+                .is_finite()
+                .then_some(NO_SERVICE_BASE)
+        });
         let Some(unit) = known else {
             return;
         };
@@ -925,7 +993,7 @@ impl Knee {
         } else {
             unit / self.level
         };
-        self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+        self.delay = within(delay, self.limits.min_delay, self.limits.max_delay);
     }
 
     /// Whether the window's requests were refused more often than noise
@@ -1013,14 +1081,20 @@ impl Knee {
     /// Adds an answer to the CUSUM of overloads (Page's test of a
     /// Bernoulli share: [`E_TOL`] against [`E_SEE`]).
     fn count(&mut self, overload: bool) {
-        self.cusum += cusum_step(overload);
-        if self.cusum <= 0.0 {
-            self.cusum = 0.0;
-            self.errors = 0;
-            self.answers = 0;
+        if !overload && self.events.is_none() {
+            // The score stands at zero before the first overload, and a
+            // success leaves it there (its step is negative).
+            return;
+        }
+        let events = self.events_mut();
+        events.cusum += cusum_step(overload);
+        if events.cusum <= 0.0 {
+            events.cusum = 0.0;
+            events.errors = 0;
+            events.answers = 0;
         } else {
-            self.errors += u64::from(overload);
-            self.answers = self.answers.saturating_add(1);
+            events.errors += u64::from(overload);
+            events.answers = events.answers.saturating_add(1);
         }
     }
 
@@ -1137,14 +1211,16 @@ impl Knee {
     }
 
     fn on_success(&mut self, latency: f64, in_flight: usize, at: f64, sent: f64, belongs: Belongs) {
-        if sent >= self.last_event {
+        if sent >= self.events().last_event {
             self.count(false);
-            self.batch = None;
+            if let Some(events) = self.events.as_mut() {
+                events.batch = None;
+            }
         } else {
             self.batch(true);
         }
         self.served(at);
-        if sent >= self.resumed {
+        if sent >= self.events().resumed {
             self.resumed_served = self.resumed_served.saturating_add(1);
         }
         let first = self.reference.n == 0.0;
@@ -1265,8 +1341,8 @@ impl Knee {
     /// Startup met a queue: on to Cruise at the estimated knee.
     fn exit_startup(&mut self, c: f64, headroom: f64, test: &Test, at: f64, early: bool) {
         self.weak_exit = test.df < 8.0;
-        self.knee = c;
-        self.headroom = headroom;
+        self.cruising_mut().knee = c;
+        self.cruising_mut().headroom = headroom;
         let before = self.clean.unwrap_or(1.0);
         // Within the round, the answers so far were sent while the queue
         // was building, and `Ĉ` is too high: back to the last clean level,
@@ -1277,15 +1353,17 @@ impl Knee {
             (c - headroom).max(before)
         };
         self.phase = Phase::Cruise;
-        self.base_due = at + BASE_INTERVAL;
-        self.step = self.min_step();
+        self.cruising_mut().base_due = at + BASE_INTERVAL;
+        self.cruising_mut().step = self.min_step();
         self.set_level(level.min(self.level), at);
     }
 
     /// After each answer in Cruise: fast checks on the latest answers, then the
     /// window's.
     fn cruise(&mut self, at: f64) {
-        let testing = self.verify.is_some() || self.base_probe.is_some() || self.remeasuring;
+        let testing = self.cruising().verify.is_some()
+            || self.cruising().base_probe.is_some()
+            || self.remeasuring;
         let run = self.fast_run();
         if self.above >= run && !testing && self.run.mean_in_flight() <= 1.0 {
             // One at a time, the host itself got slower.
@@ -1306,7 +1384,7 @@ impl Knee {
         let Some(test) = Test::new(&self.window, &self.reference) else {
             return;
         };
-        if let Some(level) = self.base_probe {
+        if let Some(level) = self.cruising().base_probe {
             if !self.complete(
                 (BASE_PROBE_ROUNDS * self.limit() as f64).max(2.0 * MIN_WINDOW),
                 at,
@@ -1322,11 +1400,11 @@ impl Knee {
             if test.above(Z_CUT) {
                 // Above it: the host got slower, or its capacity fell below
                 // half the level. Half of that again tells which.
-                self.base_probe = None;
-                self.verify = Some(Box::new(Verify {
+                self.cruising_mut().base_probe = None;
+                self.cruising_mut().verify = Some(Box::new(Verify {
                     trigger: self.window,
                     level,
-                    knee: self.knee,
+                    knee: self.cruising().knee,
                     deeper: Some(self.window),
                 }));
                 self.set_level(self.level / 2.0, at);
@@ -1339,17 +1417,18 @@ impl Knee {
                 self.reference.merge(&window);
                 self.reference.cap(REFERENCE_MAX);
             }
-            self.base_probe = None;
-            self.base_due = at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+            self.cruising_mut().base_probe = None;
+            self.cruising_mut().base_due =
+                at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
             self.set_level(level, at);
             return;
         }
-        if let Some(v) = self.verify.as_deref().copied() {
+        if let Some(v) = self.cruising().verify.as_deref().copied() {
             self.verify(v, at);
             return;
         }
-        if at >= self.base_due && self.level > 2.0 {
-            self.base_probe = Some(self.level);
+        if at >= self.cruising().base_due && self.level > 2.0 {
+            self.cruising_mut().base_probe = Some(self.level);
             self.set_level(self.level / 2.0, at);
             return;
         }
@@ -1409,8 +1488,8 @@ impl Knee {
             self.weak_exit = false;
             if test.d <= 0.0 && self.bound() {
                 // Startup ended on noise: resume it from here.
-                self.knee = f64::INFINITY;
-                self.headroom = 0.0;
+                self.cruising_mut().knee = f64::INFINITY;
+                self.cruising_mut().headroom = 0.0;
                 self.phase = Phase::Startup;
                 self.reset_window(at);
                 return;
@@ -1452,7 +1531,7 @@ impl Knee {
                     self.cut(&both, &test, at);
                     return;
                 }
-                match self.suspect.take() {
+                match self.cruising_mut().suspect.take() {
                     Some(first) => {
                         both.merge(&first);
                         if let Some(t) = Test::new(&both, &self.reference) {
@@ -1461,14 +1540,14 @@ impl Knee {
                         }
                     }
                     None => {
-                        self.suspect = Some(Box::new(both));
+                        self.cruising_mut().suspect = Some(Box::new(both));
                         self.reset_window(at);
                         return;
                     }
                 }
             }
         }
-        self.suspect = None;
+        self.cruising_mut().suspect = None;
         if test.below(Z_REBASE) && self.window.n >= 2.0 * MIN_REFERENCE {
             // The host got faster: the reference is what it serves now.
             self.rebase(self.window, at);
@@ -1482,7 +1561,7 @@ impl Knee {
         } else {
             // Neither clean enough to raise nor queued enough to cut: hold,
             // with a fresh window.
-            self.step = self.min_step();
+            self.cruising_mut().step = self.min_step();
             self.reset_window(at);
         }
     }
@@ -1491,22 +1570,24 @@ impl Knee {
     /// half, and verify.
     fn cut(&mut self, w: &Acc, test: &Test, at: f64) {
         let (c, headroom) = self.capacity(w, test);
-        self.verify = Some(Box::new(Verify {
+        let (level, min_step) = (self.level, self.min_step());
+        let cruising = self.cruising_mut();
+        cruising.verify = Some(Box::new(Verify {
             trigger: *w,
-            level: self.level,
-            knee: self.knee,
+            level,
+            knee: cruising.knee,
             deeper: None,
         }));
-        self.knee = c;
-        self.headroom = headroom;
-        if self.probing {
+        cruising.knee = c;
+        cruising.headroom = headroom;
+        if cruising.probing {
             // A probe above the knee found a queue: probe half as often.
-            self.probe_every = (2 * self.probe_every).min(MAX_PROBE_EVERY);
+            cruising.probe_every = (2 * cruising.probe_every).min(MAX_PROBE_EVERY);
         }
-        self.probing = false;
-        self.at_top = 0;
+        cruising.probing = false;
+        cruising.at_top = 0;
+        cruising.step = min_step;
         self.clean = None;
-        self.step = self.min_step();
         // Below one request in flight there is no queue of ours to cut.
         let level = (c - headroom).max(self.level / 2.0).max(1.0);
         self.set_level(level.min(self.level), at);
@@ -1530,7 +1611,7 @@ impl Knee {
             // there too, it was a queue all along; if not, the host got
             // slower, and `candidate` and this window are its no-load
             // latency now.
-            self.verify = None;
+            self.cruising_mut().verify = None;
             // Halving the level halves a queue's latency (down to the
             // no-load one) and leaves a slower host's as it was: the
             // likelier of the two, with the threshold halfway.
@@ -1543,8 +1624,9 @@ impl Knee {
                 let mut reference = self.window;
                 reference.merge(&candidate);
                 self.reference = reference;
-                self.knee = v.knee;
-                self.base_due = at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+                self.cruising_mut().knee = v.knee;
+                self.cruising_mut().base_due =
+                    at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
                 self.set_level(v.level, at);
             }
             return;
@@ -1552,7 +1634,7 @@ impl Knee {
         if !test.above(Z_CUT) {
             // The latency came back to the reference: it was a queue, and
             // the cut drained it.
-            self.verify = None;
+            self.cruising_mut().verify = None;
             self.reset_window(at);
             return;
         }
@@ -1567,14 +1649,14 @@ impl Knee {
         if (moved - levels).abs() < moved.abs() {
             // It looks like drift, but the trigger may have caught a queue
             // still building: half the level tells for sure.
-            self.verify = Some(Box::new(Verify {
+            self.cruising_mut().verify = Some(Box::new(Verify {
                 deeper: Some(self.window),
                 ..v
             }));
             self.set_level(self.level / 2.0, at);
             return;
         }
-        self.verify = None;
+        self.cruising_mut().verify = None;
         // A queue, and some remains: cut again.
         if self.window.n >= self.needed(test) {
             let (c, _) = self.capacity(&self.window, test);
@@ -1599,28 +1681,32 @@ impl Knee {
     /// reference is what it serves now.
     fn rebase(&mut self, to: Acc, at: f64) {
         self.reference = to;
-        self.verify = None;
+        self.cruising_mut().verify = None;
         self.reset_window(at);
         self.pace();
     }
 
     /// A clean window in use: raise the level.
     fn raise(&mut self, at: f64) {
-        if self.probing {
+        if self.cruising().probing {
             // The probe above the knee was clean: the host grew.
-            self.probing = false;
-            self.probe_every = MIN_PROBE_EVERY;
-            self.knee = f64::INFINITY;
-            self.headroom = 0.0;
+            let cruising = self.cruising_mut();
+            cruising.probing = false;
+            cruising.probe_every = MIN_PROBE_EVERY;
+            cruising.knee = f64::INFINITY;
+            cruising.headroom = 0.0;
         }
-        if self.level > self.err_ceiling && self.level < self.err_hi {
+        let events = self.events();
+        if self.level > events.err_ceiling && self.level < events.err_hi {
             // A probe above an overload ceiling went clean (a window at
             // the ceiling itself is none: it would forget the ceiling
             // whenever the level that failed is within a step of it).
-            self.err_ceiling = self.level;
-            if self.err_hi - self.err_ceiling < self.min_step() {
-                self.err_ceiling = f64::INFINITY;
-                self.err_hi = f64::INFINITY;
+            let (level, min_step) = (self.level, self.min_step());
+            let events = self.events_mut();
+            events.err_ceiling = level;
+            if events.err_hi - events.err_ceiling < min_step {
+                events.err_ceiling = f64::INFINITY;
+                events.err_hi = f64::INFINITY;
             }
         }
         self.clean = Some(self.level);
@@ -1628,40 +1714,46 @@ impl Knee {
         // may hold a queue too small to see, which would raise the
         // reference, then the knee, then the queue. The reference follows
         // drift through the re-measures at half the level.)
-        let top = (self.knee - self.headroom).min(self.err_ceiling);
+        let Cruising {
+            knee,
+            headroom,
+            step,
+            ..
+        } = *self.cruising();
+        let top = (knee - headroom).min(self.events().err_ceiling);
         let level = self.level;
-        if level + self.step <= top {
-            let next = level + self.step.max((top - level) / 2.0).min(top - level);
-            let next = if top.is_finite() {
-                next
-            } else {
-                level + self.step
-            };
-            self.step = (2.0 * self.step).min(self.min_step().max(next / 4.0));
+        if level + step <= top {
+            let next = level + step.max((top - level) / 2.0).min(top - level);
+            let next = if top.is_finite() { next } else { level + step };
+            self.cruising_mut().step = (2.0 * step).min(self.min_step().max(next / 4.0));
             self.set_level(next, at);
         } else if level < top {
-            self.step = self.min_step();
+            self.cruising_mut().step = self.min_step();
             self.set_level(top, at);
         } else {
-            self.at_top = self.at_top.saturating_add(1);
+            let cruising = self.cruising_mut();
+            cruising.at_top = cruising.at_top.saturating_add(1);
             self.reset_window(at);
-            if self.knee.is_finite() && top == self.knee - self.headroom {
-                if self.at_top >= self.probe_every {
-                    self.at_top = 0;
-                    self.probing = true;
+            if knee.is_finite() && top == knee - headroom {
+                let cruising = self.cruising_mut();
+                if cruising.at_top >= cruising.probe_every {
+                    cruising.at_top = 0;
+                    cruising.probing = true;
                     let probe = top.round() + 1.0;
                     self.set_level(probe.max(level + self.min_step()), at);
                 }
-            } else if self.err_ceiling.is_finite() {
+            } else if self.events().err_ceiling.is_finite() {
                 // A pause costs the answers it kept from being sent, at the
                 // level's rate (Little's law), besides the overloads.
+                let events = self.events();
                 let paused = self
                     .unit()
-                    .map_or(0.0, |unit| self.event_pause * self.level / unit);
-                let budget = (self.event_errors as f64 + paused) / E_BUDGET;
-                let waited = at - self.last_event >= PAUSE_SPACING * self.event_pause;
+                    .map_or(0.0, |unit| events.event_pause * self.level / unit);
+                let budget = (events.event_errors as f64 + paused) / E_BUDGET;
+                let waited = at - events.last_event >= PAUSE_SPACING * events.event_pause;
                 if self.answers_since_event as f64 >= budget && waited {
-                    let probe = (self.err_ceiling + self.err_hi.min(2.0 * self.err_ceiling)) / 2.0;
+                    let probe =
+                        (events.err_ceiling + events.err_hi.min(2.0 * events.err_ceiling)) / 2.0;
                     self.set_level(probe.max(level + self.min_step()), at);
                 }
             }
@@ -1687,14 +1779,16 @@ impl Knee {
             clean
         }
         .min(self.level);
-        self.err_hi = self.level;
-        self.err_ceiling = level;
-        self.last_event = at;
-        self.event_errors = self.refused.max(1);
-        self.event_pause = 0.0;
+        let (failed, errors) = (self.level, self.refused.max(1));
+        let events = self.events_mut();
+        events.err_hi = failed;
+        events.err_ceiling = level;
+        events.last_event = at;
+        events.event_errors = errors;
+        events.event_pause = 0.0;
         self.answers_since_event = 0;
         self.clean = None;
-        self.step = self.min_step();
+        self.cruising_mut().step = self.min_step();
         self.set_level(level, at);
     }
 
@@ -1702,7 +1796,7 @@ impl Knee {
     /// (its batch): once a few are in, the share served tells the level
     /// the host allowed when it refused, whatever burst it allowed before.
     fn batch(&mut self, ok: bool) {
-        let Some(batch) = self.batch.as_mut() else {
+        let Some(batch) = self.events.as_mut().and_then(|e| e.batch.as_mut()) else {
             return;
         };
         if ok {
@@ -1716,7 +1810,7 @@ impl Knee {
         }
         let allowed = batch.level * batch.ok as f64 / total as f64;
         if allowed < self.level {
-            self.err_ceiling = self.err_ceiling.min(allowed);
+            self.events_mut().err_ceiling = self.events().err_ceiling.min(allowed);
             let level = allowed.max(self.min_level());
             self.keep_unit(level);
             self.level = level;
@@ -1738,19 +1832,23 @@ impl Knee {
     /// nothing (a server refusing everything for now) starts the count
     /// afresh.
     fn bucket_rate(&mut self, sent: f64) -> Option<f64> {
-        if !self.resumed.is_finite() || sent < self.resumed || self.level != self.resumed_level {
+        let events = self.events();
+        if !events.resumed.is_finite()
+            || sent < events.resumed
+            || self.level != events.resumed_level
+        {
             return None;
         }
         // The requests still out at the refusal were passed before it.
         let n = self.resumed_served as f64 + self.in_flight.saturating_sub(1) as f64;
-        let t = sent - self.resumed;
+        let t = sent - events.resumed;
         if n < 1.0 {
-            self.short_episode = (0.0, f64::INFINITY);
+            self.events_mut().short_episode = (0.0, f64::INFINITY);
             return None;
         }
-        let (n0, t0) = self.short_episode;
+        let (n0, t0) = self.events().short_episode;
         if t < t0 {
-            self.short_episode = (n, t);
+            self.events_mut().short_episode = (n, t);
         }
         if !t0.is_finite() || t <= t0 || n - n0 < BUCKET_COUNT {
             return None;
@@ -1761,16 +1859,16 @@ impl Knee {
     }
 
     fn on_overload(&mut self, at: f64, sent: f64, pause: f64) {
-        if sent < self.last_event {
+        if sent < self.events().last_event {
             // Answered to a request sent before the last reaction.
             self.batch(false);
             return;
         }
         self.count(true);
-        if pause == 0.0 && self.cusum < H_EVENT {
+        if pause == 0.0 && self.events().cusum < H_EVENT {
             return;
         }
-        let errors = self.errors;
+        let errors = self.events().errors;
         let share = self.served_share(false);
         let share_any = self.served_share(true);
         let succession = self.refused_whole(pause);
@@ -1780,7 +1878,7 @@ impl Knee {
         let served_any = self.prev + self.bucket > 0;
         // What was served since the last pause may still hold the burst the
         // server allowed after it.
-        let fresh = at - self.resumed < 2.0 * self.bucket_len();
+        let fresh = at - self.events().resumed < 2.0 * self.bucket_len();
         let bucket = if pause > 0.0 {
             self.bucket_rate(sent).and_then(|r| Some(r * self.unit()?))
         } else {
@@ -1791,23 +1889,24 @@ impl Knee {
             // Nothing is sent during the pause: the count starts afresh
             // after it.
             self.bucket_start = at + pause;
-            self.resumed = at + pause;
+            self.events_mut().resumed = at + pause;
             self.resumed_served = 0;
             self.bucket = 0;
             self.prev = 0;
             self.prev_len = 0.0;
         }
-        self.cusum = 0.0;
-        self.errors = 0;
-        self.answers = 0;
         self.run_answers = 0;
         self.run_errors = 0;
-        self.last_event = at;
-        self.event_errors = errors.max(1);
-        self.event_pause = pause;
         self.answers_since_event = 0;
         let level = self.level;
-        self.batch = Some(Batch {
+        let events = self.events_mut();
+        events.cusum = 0.0;
+        events.errors = 0;
+        events.answers = 0;
+        events.last_event = at;
+        events.event_errors = errors.max(1);
+        events.event_pause = pause;
+        events.batch = Some(Batch {
             level,
             ok: 0,
             refused: 0,
@@ -1817,7 +1916,7 @@ impl Knee {
             // everything for now, whatever the rate; the pause is the whole
             // reaction, and the slot resumes at its level.
             self.reset_window(at);
-            self.resumed_level = self.level;
+            self.events_mut().resumed_level = self.level;
             return;
         }
         if self.reference.n == 0.0 {
@@ -1829,8 +1928,8 @@ impl Knee {
             return;
         }
         self.phase = Phase::Cruise;
-        self.verify = None;
-        self.probing = false;
+        self.cruising_mut().verify = None;
+        self.cruising_mut().probing = false;
         // Requests were served, then refused: the level is too much for
         // the host. To what it served (BBRv2's `inflight_lo`: what was
         // delivered). A pause costs a round of answers, so after one the
@@ -1885,12 +1984,12 @@ impl Knee {
         let level = episode.unwrap_or(level).min(self.level);
         if bucket.is_some() {
             // The bucket's rate says what the answers still out would.
-            self.batch = None;
+            self.events_mut().batch = None;
         }
         if level < self.level {
             // Up to what was served, raises are free; above, they are
             // probes paid from a budget.
-            self.err_hi = self.level;
+            self.events_mut().err_hi = self.level;
             // (After a pause, what was served may hold a burst the server
             // allowed once: the ceiling is the safe level. At a rate, the
             // share served is the rate limit's own measure, where the
@@ -1901,16 +2000,16 @@ impl Knee {
                 Some((served, _)) if pause == 0.0 && served < self.level => served.max(level),
                 _ => level,
             };
-            self.err_ceiling = share_top.unwrap_or(ceiling);
+            self.events_mut().err_ceiling = share_top.unwrap_or(ceiling);
             if let Some(episode) = episode {
-                self.err_ceiling = self.err_ceiling.min(episode);
+                self.events_mut().err_ceiling = self.events().err_ceiling.min(episode);
             }
         }
         self.clean = None;
-        self.step = self.min_step();
+        self.cruising_mut().step = self.min_step();
         self.set_level(level, at);
         if pause > 0.0 {
-            self.resumed_level = self.level;
+            self.events_mut().resumed_level = self.level;
         }
     }
 }
@@ -1939,7 +2038,7 @@ impl Policy for Knee {
         self.level = within(level, 1.0, self.max_level());
         let delay = learned.delay_secs();
         if !delay.is_nan() {
-            self.delay = within(delay, self.config.min_delay, self.config.max_delay);
+            self.delay = within(delay, self.limits.min_delay, self.limits.max_delay);
         }
     }
 
@@ -1972,7 +2071,7 @@ impl Policy for Knee {
             return self.throttle();
         }
         self.episode(overload, sent);
-        if belongs != Belongs::Stale && sent >= self.last_event {
+        if belongs != Belongs::Stale && sent >= self.events().last_event {
             self.run_answers = self.run_answers.saturating_add(1);
             self.run_errors = self.run_errors.saturating_add(u64::from(overload));
         }
@@ -2150,13 +2249,13 @@ mod tests {
         let mut k = Adaptive::default().knee();
         for i in 1..=100_000u32 {
             k.count(i % 50 == 0);
-            assert!(k.cusum < H_EVENT, "event after {i} answers");
+            assert!(k.events().cusum < H_EVENT, "event after {i} answers");
         }
         // One in ten does, within about 70 answers.
         let mut k = Adaptive::default().knee();
         let n = (1..=1000u32).find(|i| {
             k.count(i % 10 == 0);
-            k.cusum >= H_EVENT
+            k.events().cusum >= H_EVENT
         });
         assert!(n.is_some_and(|n| n <= 150), "{n:?}");
     }
@@ -2391,8 +2490,8 @@ mod tests {
         // one of 1.3 s passes 5 + 26 = 31.
         let mut k = Adaptive::default().knee();
         let episode = |k: &mut Knee, n: u64, t: f64| {
-            k.resumed = 10.0;
-            k.resumed_level = k.level;
+            k.events_mut().resumed = 10.0;
+            k.events_mut().resumed_level = k.level;
             k.resumed_served = n;
             k.in_flight = 1;
             k.bucket_rate(10.0 + t)
@@ -2409,8 +2508,8 @@ mod tests {
         // An episode at a level that changed during it tells nothing.
         let mut c = Adaptive::default().knee();
         assert_eq!(episode(&mut c, 11, 0.3), None);
-        c.resumed = 10.0;
-        c.resumed_level = c.level + 1.0;
+        c.events_mut().resumed = 10.0;
+        c.events_mut().resumed_level = c.level + 1.0;
         c.resumed_served = 31;
         assert_eq!(c.bucket_rate(11.3), None);
         // One that passed nothing (a server refusing everything) starts
@@ -2474,7 +2573,11 @@ mod tests {
         k.set_level(0.5, 1.0);
         refused(&mut k, 0.002, 1);
         assert!((k.level - 0.5 / 7.0).abs() < 1e-12, "{}", k.level);
-        assert!((k.err_ceiling - 0.3).abs() < 1e-12, "{}", k.err_ceiling);
+        assert!(
+            (k.events().err_ceiling - 0.3).abs() < 1e-12,
+            "{}",
+            k.events().err_ceiling
+        );
         // Above a rate the same run cuts by β at most: the refusals may
         // have outrun successes still being served.
         let mut c = cruising(0.001);
@@ -2513,11 +2616,11 @@ mod tests {
         // 21 / 0.5 % = 4 200 answers, not 200.
         let mut k = cruising(0.02);
         k.level = 0.4;
-        k.err_ceiling = 0.4;
-        k.err_hi = 0.5;
-        k.last_event = 0.0;
-        k.event_errors = 1;
-        k.event_pause = 1.0;
+        k.events_mut().err_ceiling = 0.4;
+        k.events_mut().err_hi = 0.5;
+        k.events_mut().last_event = 0.0;
+        k.events_mut().event_errors = 1;
+        k.events_mut().event_pause = 1.0;
         let at = 100.0;
         k.answers_since_event = 4_000;
         k.raise(at);
@@ -2541,7 +2644,7 @@ mod tests {
         let before = k.level;
         run(&mut k, 64.0, 0.1, 1, 7, 1.0);
         assert!(k.level < before, "{} from {before}", k.level);
-        assert!(k.err_ceiling < before);
+        assert!(k.events().err_ceiling < before);
     }
 
     #[test]

@@ -52,23 +52,34 @@ const BACKOFF_GONE: Duration = Duration::from_micros(100);
 /// What the layer knows about a slot beyond its policy.
 #[derive(Debug, Clone)]
 pub(crate) struct Signals {
-    /// What the server said (pauses, pacing, overload backoff): boxed, and
-    /// only there once a server said something, so that a quiet slot (most
-    /// of them, in a broad crawl) carries a pointer instead.
+    /// What the server said (pauses, pacing, overload backoff), and the
+    /// delay floor: boxed, and only there once a server said something or
+    /// a floor was set, so that a quiet slot (most of them, in a broad
+    /// crawl) carries a pointer instead.
     trouble: Option<Box<Trouble>>,
     /// A smoothed spacing between dispatches, for sizing the backoff.
     interval: Option<Duration>,
-    pub(crate) floor: Duration,
-    jitter: f64,
-    rng: u64,
-    /// The jitter factor drawn at the last dispatch.
-    factor: f64,
+    /// The jitter, when there is any (boxed: it is off by default, and then
+    /// a slot carries a null pointer instead of three words).
+    jitter: Option<Box<Jitter>>,
     pub(crate) overloads: u64,
 }
 
-/// The part of [`Signals`] that only a server's answer sets.
+/// A slot's jitter: its amount, its random stream, and the factor drawn at
+/// the last dispatch.
+#[derive(Debug, Clone)]
+struct Jitter {
+    jitter: f64,
+    rng: u64,
+    factor: f64,
+}
+
+/// The part of [`Signals`] that only a server's answer (or a delay floor)
+/// sets.
 #[derive(Debug, Clone, Default)]
 struct Trouble {
+    /// The delay floor (zero: none).
+    floor: Duration,
     /// No dispatch before this instant (Retry-After, exhausted quota).
     paused_until: Option<Instant>,
     /// Rate-limit pacing and when it expires.
@@ -101,17 +112,21 @@ impl Signals {
         Signals {
             trouble: None,
             interval: None,
-            floor: Duration::ZERO,
-            jitter,
-            rng: seed,
-            factor: 1.0,
+            // A jitter of 0 (or below) draws nothing: the factor stays 1.
+            jitter: (jitter > 0.0).then(|| {
+                Box::new(Jitter {
+                    jitter,
+                    rng: seed,
+                    factor: 1.0,
+                })
+            }),
             overloads: 0,
         }
     }
 
     /// The effective delay and limit at `now`, given the policy's answer.
     pub(crate) fn effective(&self, policy: &Throttle, now: Instant) -> (Duration, usize) {
-        let mut delay = policy.delay().max(self.floor);
+        let mut delay = policy.delay().max(self.floor());
         let mut limit = policy.concurrency().max(1);
         if let Some(t) = &self.trouble {
             delay = delay.max(t.backoff_delay);
@@ -125,6 +140,20 @@ impl Signals {
         (delay, limit)
     }
 
+    /// The delay floor (zero: none).
+    pub(crate) fn floor(&self) -> Duration {
+        self.trouble.as_ref().map_or(Duration::ZERO, |t| t.floor)
+    }
+
+    /// Sets the delay floor (zero lifts it).
+    pub(crate) fn set_floor(&mut self, floor: Duration) {
+        if floor.is_zero() && self.trouble.is_none() {
+            // Already none: no box for it.
+            return;
+        }
+        self.trouble().floor = floor;
+    }
+
     /// No dispatch before this instant (`Retry-After`, an exhausted quota).
     pub(crate) fn paused_until(&self) -> Option<Instant> {
         self.trouble.as_ref().and_then(|t| t.paused_until)
@@ -136,10 +165,11 @@ impl Signals {
 
     /// The gap required after the last dispatch, with jitter applied.
     pub(crate) fn gap(&self, delay: Duration) -> Duration {
-        if self.factor == 1.0 {
+        let factor = self.jitter.as_ref().map_or(1.0, |j| j.factor);
+        if factor == 1.0 {
             delay
         } else {
-            crate::time::mul_f64(delay, self.factor)
+            crate::time::mul_f64(delay, factor)
         }
     }
 
@@ -158,9 +188,9 @@ impl Signals {
                 None => gap,
             });
         }
-        if self.jitter > 0.0 {
-            let u = next_unit(&mut self.rng);
-            self.factor = (1.0 + self.jitter * (2.0 * u - 1.0)).max(0.0);
+        if let Some(j) = self.jitter.as_deref_mut() {
+            let u = next_unit(&mut j.rng);
+            j.factor = (1.0 + j.jitter * (2.0 * u - 1.0)).max(0.0);
         }
     }
 
@@ -497,7 +527,7 @@ mod tests {
     fn floor_and_jitter() {
         let t0 = Instant::now();
         let mut s = Signals::new(0.5, 42);
-        s.floor = Duration::from_secs(1);
+        s.set_floor(Duration::from_secs(1));
         let p = policy(10, 4);
         assert_eq!(s.effective(&p, t0).0, Duration::from_secs(1));
         let mut factors = Vec::new();

@@ -88,7 +88,7 @@ impl Slot {
             dispatched: state.dispatched,
             responses: state.responses,
             paused_until: state.signals.paused_until().filter(|p| *p > now),
-            delay_floor: state.signals.floor,
+            delay_floor: state.signals.floor(),
             overloads: state.signals.overloads,
         }
     }

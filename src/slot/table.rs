@@ -116,7 +116,7 @@ impl SlotTable {
                 };
                 let mut signals =
                     Signals::new(self.jitter, self.seed ^ crate::rng::hash(key.as_str()));
-                signals.floor = floor;
+                signals.set_floor(floor);
                 let slot = vacant.insert(Arc::new(Slot::new(key, policy, signals)));
                 (f(&slot), true)
             }
