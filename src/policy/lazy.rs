@@ -19,10 +19,10 @@ use super::{Policy, Sample, Throttle};
 
 /// The answers a slot keeps before it makes its policy's state for good.
 ///
-/// Replaying costs `1 + 2 + … + EARLY` samples taken in once per slot, over
-/// its first `EARLY` answers (10 for 4, paid by a slot's first requests
-/// only); four samples take 192 bytes, under a third of the default
-/// policy's state.
+/// Replaying costs `1 + 2 + … + EARLY` samples taken in beyond the answers
+/// themselves, once per slot, over its first `EARLY + 1` answers (10 for
+/// 4: the first five answers take 15 samples in instead of 5); four
+/// samples take 192 bytes, under a third of the default policy's state.
 pub(crate) const EARLY: usize = 4;
 
 /// Makes the fresh state that [`Lazy`] replays its answers into.
