@@ -57,8 +57,10 @@ pub(crate) struct Signals {
     /// a floor was set, so that a quiet slot (most of them, in a broad
     /// crawl) carries a pointer instead.
     trouble: Option<Box<Trouble>>,
-    /// A smoothed spacing between dispatches, for sizing the backoff.
-    interval: Option<Duration>,
+    /// A smoothed spacing between dispatches, for sizing the backoff (see
+    /// [`interval`](Self::interval)): in nanoseconds plus one, zero while
+    /// there is none (one word, where an `Option<Duration>` takes two).
+    interval: u64,
     /// The jitter, when there is any (boxed: it is off by default, and then
     /// a slot carries a null pointer instead of three words).
     jitter: Option<Box<Jitter>>,
@@ -111,7 +113,7 @@ impl Signals {
     pub(crate) fn new(jitter: f64, seed: u64) -> Self {
         Signals {
             trouble: None,
-            interval: None,
+            interval: 0,
             // A jitter of 0 (or below) draws nothing: the factor stays 1.
             jitter: (jitter > 0.0).then(|| {
                 Box::new(Jitter {
@@ -138,6 +140,12 @@ impl Signals {
             }
         }
         (delay, limit)
+    }
+
+    /// The smoothed spacing between the slot's dispatches, once there were
+    /// two (a gap above 584 years counts as 584 years).
+    fn interval(&self) -> Option<Duration> {
+        self.interval.checked_sub(1).map(Duration::from_nanos)
     }
 
     /// The delay floor (zero: none).
@@ -182,11 +190,18 @@ impl Signals {
             .paused_until()
             .is_some_and(|until| previous.is_some_and(|p| p < until) && until <= now);
         if let Some(previous) = previous.filter(|_| !forced) {
-            let gap = now.saturating_duration_since(previous);
-            self.interval = Some(match self.interval {
-                Some(i) => i.saturating_mul(7).saturating_add(gap) / 8,
+            // In nanoseconds, `(7 i + gap) / 8` is what the same on
+            // `Duration`s gives (a second is a multiple of 8 ns), without
+            // its normalizations; the sum in `u128` cannot overflow, and
+            // the mean is never above the larger of the two.
+            let gap = u64::try_from(now.saturating_duration_since(previous).as_nanos())
+                .unwrap_or(u64::MAX)
+                .min(u64::MAX - 1);
+            let interval = match self.interval.checked_sub(1) {
+                Some(i) => ((u128::from(i) * 7 + u128::from(gap)) / 8) as u64,
                 None => gap,
-            });
+            };
+            self.interval = interval + 1;
         }
         if let Some(j) = self.jitter.as_deref_mut() {
             let u = next_unit(&mut j.rng);
@@ -238,7 +253,7 @@ impl Signals {
                 }
                 let (delay, limit) = self.effective(policy, now);
                 let fleet = self.trouble.as_ref().and_then(|t| t.fleet_interval);
-                let base = delay.max(fleet.or(self.interval).unwrap_or(Duration::ZERO));
+                let base = delay.max(fleet.or(self.interval()).unwrap_or(Duration::ZERO));
                 let t = self.trouble();
                 t.overload_seq = Some(dispatched);
                 t.overload_spacing = base;
@@ -252,7 +267,7 @@ impl Signals {
             }
             Outcome::Success => {
                 let mut changed = false;
-                let own = self.interval;
+                let own = self.interval();
                 let Some(t) = self.trouble.as_deref_mut() else {
                     return Reaction { outcome, changed };
                 };
@@ -479,20 +494,41 @@ mod tests {
     }
 
     #[test]
+    fn the_spacing_in_nanoseconds_is_the_mean_on_durations() {
+        // The smoothing as it was written on `Duration`s: the reference.
+        let mut rng = 9;
+        let t0 = Instant::now();
+        let mut s = Signals::new(0.0, 0);
+        let (mut at, mut reference): (Instant, Option<Duration>) = (t0, None);
+        s.on_dispatch(at, None);
+        for _ in 0..5_000 {
+            let scale = [1e-9, 1e-6, 1e-3, 1.0, 3600.0][(next_unit(&mut rng) * 5.0) as usize];
+            let gap = Duration::from_secs_f64(scale * 1000.0 * next_unit(&mut rng));
+            s.on_dispatch(at + gap, Some(at));
+            at += gap;
+            reference = Some(match reference {
+                Some(i) => i.saturating_mul(7).saturating_add(gap) / 8,
+                None => gap,
+            });
+            assert_eq!(s.interval(), reference);
+        }
+    }
+
+    #[test]
     fn a_gap_a_pause_forced_is_not_the_slots_spacing() {
         let t0 = Instant::now();
         let mut s = Signals::new(0.0, 0);
         s.on_dispatch(t0, None);
         s.on_dispatch(t0 + 10 * MS, Some(t0));
-        assert_eq!(s.interval, Some(10 * MS));
+        assert_eq!(s.interval(), Some(10 * MS));
         // A pause from 20 ms to 1 s: the next dispatch, at 1 s, is 990 ms
         // after the one before, which says nothing of the slot's rate.
         assert!(s.retry_after(t0 + 20 * MS, Duration::from_millis(980)));
         s.on_dispatch(t0 + 1000 * MS, Some(t0 + 10 * MS));
-        assert_eq!(s.interval, Some(10 * MS));
+        assert_eq!(s.interval(), Some(10 * MS));
         // The next gap counts again.
         s.on_dispatch(t0 + 1018 * MS, Some(t0 + 1000 * MS));
-        assert_eq!(s.interval, Some(11 * MS));
+        assert_eq!(s.interval(), Some(11 * MS));
     }
 
     #[test]
