@@ -37,6 +37,50 @@ pub(crate) fn secs_to_duration(secs: f64) -> Duration {
     }
 }
 
+/// An optional duration in one word: nanoseconds plus one, zero for none
+/// (an `Option<Duration>` takes two). A duration above 584 years is kept
+/// as 584 years.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct OptNanos(u64);
+
+impl OptNanos {
+    /// None.
+    pub(crate) const NONE: OptNanos = OptNanos(0);
+
+    /// `d`, in nanoseconds (at most `u64::MAX - 1`).
+    pub(crate) fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(u64::MAX - 1)
+    }
+
+    /// Some `nanos` nanoseconds (at most `u64::MAX - 1`).
+    pub(crate) fn from_nanos(nanos: u64) -> Self {
+        OptNanos(nanos.min(u64::MAX - 1) + 1)
+    }
+
+    /// Some `d`.
+    pub(crate) fn some(d: Duration) -> Self {
+        OptNanos::from_nanos(OptNanos::nanos(d))
+    }
+
+    /// The nanoseconds, if any.
+    pub(crate) fn get_nanos(self) -> Option<u64> {
+        self.0.checked_sub(1)
+    }
+
+    /// The duration, if any.
+    pub(crate) fn get(self) -> Option<Duration> {
+        self.get_nanos().map(Duration::from_nanos)
+    }
+}
+
+impl fmt::Debug for OptNanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.get(), f)
+    }
+}
+
 /// Seconds, as every duration the crate shows in a `Debug` is printed:
 /// `0.25s`, whatever its size.
 #[derive(Clone, Copy, PartialEq)]

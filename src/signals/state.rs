@@ -41,6 +41,7 @@ use tokio::time::Instant;
 use super::headers::RateLimit;
 use crate::policy::{Outcome, Throttle};
 use crate::rng::next_unit;
+use crate::time::OptNanos;
 
 /// The smallest backoff delay an overload sets.
 pub(crate) const MIN_BACKOFF: Duration = Duration::from_millis(50);
@@ -57,10 +58,9 @@ pub(crate) struct Signals {
     /// a floor was set, so that a quiet slot (most of them, in a broad
     /// crawl) carries a pointer instead.
     trouble: Option<Box<Trouble>>,
-    /// A smoothed spacing between dispatches, for sizing the backoff (see
-    /// [`interval`](Self::interval)): in nanoseconds plus one, zero while
-    /// there is none (one word, where an `Option<Duration>` takes two).
-    interval: u64,
+    /// A smoothed spacing between dispatches, for sizing the backoff (one
+    /// word: see [`OptNanos`]).
+    interval: OptNanos,
     /// The jitter, when there is any (boxed: it is off by default, and then
     /// a slot carries a null pointer instead of three words).
     jitter: Option<Box<Jitter>>,
@@ -113,7 +113,7 @@ impl Signals {
     pub(crate) fn new(jitter: f64, seed: u64) -> Self {
         Signals {
             trouble: None,
-            interval: 0,
+            interval: OptNanos::NONE,
             // A jitter of 0 (or below) draws nothing: the factor stays 1.
             jitter: (jitter > 0.0).then(|| {
                 Box::new(Jitter {
@@ -145,7 +145,7 @@ impl Signals {
     /// The smoothed spacing between the slot's dispatches, once there were
     /// two (a gap above 584 years counts as 584 years).
     fn interval(&self) -> Option<Duration> {
-        self.interval.checked_sub(1).map(Duration::from_nanos)
+        self.interval.get()
     }
 
     /// The delay floor (zero: none).
@@ -194,14 +194,11 @@ impl Signals {
             // `Duration`s gives (a second is a multiple of 8 ns), without
             // its normalizations; the sum in `u128` cannot overflow, and
             // the mean is never above the larger of the two.
-            let gap = u64::try_from(now.saturating_duration_since(previous).as_nanos())
-                .unwrap_or(u64::MAX)
-                .min(u64::MAX - 1);
-            let interval = match self.interval.checked_sub(1) {
+            let gap = OptNanos::nanos(now.saturating_duration_since(previous));
+            self.interval = OptNanos::from_nanos(match self.interval.get_nanos() {
                 Some(i) => ((u128::from(i) * 7 + u128::from(gap)) / 8) as u64,
                 None => gap,
-            };
-            self.interval = interval + 1;
+            });
         }
         if let Some(j) = self.jitter.as_deref_mut() {
             let u = next_unit(&mut j.rng);

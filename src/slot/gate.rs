@@ -111,9 +111,7 @@ impl Waiting {
                     sleep: None,
                 });
             }
-            let ticket = state.next_ticket;
-            state.next_ticket += 1;
-            state.waiters.insert(ticket, None);
+            let ticket = state.waiters.push();
             state.last_used = now;
             ticket
         };

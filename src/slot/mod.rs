@@ -28,6 +28,7 @@ use crate::fleet::Remote;
 use crate::key::SlotKey;
 use crate::policy::{Outcome, Policy, Sample, Throttle};
 use crate::signals::{Ended, Signals};
+use crate::time::OptNanos;
 
 pub(crate) mod gate;
 mod learned;
@@ -60,8 +61,8 @@ pub(crate) struct SlotState {
     pub(crate) last_used: Instant,
     /// Waiting requests by ticket; the first entry is the head of the queue.
     pub(crate) waiters: Waiters,
-    pub(crate) next_ticket: u64,
-    last_latency: Option<Duration>,
+    /// The latest response's latency (one word: see [`OptNanos`]).
+    last_latency: OptNanos,
     /// The smoothed latency, in seconds.
     latency: Option<f64>,
     last_status: Option<StatusCode>,
@@ -89,10 +90,15 @@ impl Waiters {
         self.0.as_ref().map_or(0, |map| map.len())
     }
 
-    pub(crate) fn insert(&mut self, ticket: u64, waker: Option<Waker>) -> Option<Option<Waker>> {
-        self.0
-            .get_or_insert_with(Box::default)
-            .insert(ticket, waker)
+    /// Joins the back of the queue; the ticket: one after the last in the
+    /// queue, or 0 in an empty one. A ticket may so be given again, but
+    /// only once the request that held it left the queue (admitted or
+    /// dropped), which gives its ticket up.
+    pub(crate) fn push(&mut self) -> u64 {
+        let map = self.0.get_or_insert_with(Box::default);
+        let ticket = map.last_key_value().map_or(0, |(last, _)| last + 1);
+        map.insert(ticket, None);
+        ticket
     }
 
     /// Removes a waiter, and the map with the last one.
@@ -144,8 +150,7 @@ impl Slot {
                 last_dispatch: None,
                 last_used: Instant::now(),
                 waiters: Waiters::default(),
-                next_ticket: 0,
-                last_latency: None,
+                last_latency: OptNanos::NONE,
                 latency: None,
                 last_status: None,
                 dispatched: 0,
@@ -170,7 +175,7 @@ impl Slot {
             let state = &mut *state;
             if ended.status.is_some() {
                 state.responses += 1;
-                state.last_latency = Some(ended.latency);
+                state.last_latency = OptNanos::some(ended.latency);
                 state.last_status = ended.status;
                 if ended.adjust {
                     let latest = ended.latency.as_secs_f64();
@@ -384,17 +389,26 @@ mod tests {
     fn the_queue_holds_no_map_once_empty() {
         let mut waiters = Waiters::default();
         assert!(waiters.is_empty());
-        assert!(waiters.insert(3, None).is_none());
-        assert!(waiters.insert(1, None).is_none());
-        assert_eq!(waiters.len(), 2);
-        assert_eq!(waiters.keys().copied().collect::<Vec<_>>(), [1, 3]);
-        assert!(waiters.get_mut(&3).is_some());
+        assert_eq!(waiters.push(), 0);
+        assert_eq!(waiters.push(), 1);
+        assert_eq!(waiters.push(), 2);
+        assert_eq!(waiters.len(), 3);
+        assert_eq!(waiters.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+        assert!(waiters.get_mut(&2).is_some());
+        // A ticket left from the middle is never given again while the
+        // queue lasts: new ones go after the last.
         assert!(matches!(waiters.remove(&1), Some(None)));
         assert!(waiters.remove(&1).is_none());
-        assert!(!waiters.is_empty());
-        assert!(matches!(waiters.remove(&3), Some(None)));
+        assert_eq!(waiters.push(), 3);
+        assert_eq!(waiters.keys().copied().collect::<Vec<_>>(), [0, 2, 3]);
+        for ticket in [0, 2, 3] {
+            assert!(!waiters.is_empty());
+            assert!(matches!(waiters.remove(&ticket), Some(None)));
+        }
         assert!(waiters.is_empty() && waiters.0.is_none());
         assert_eq!(waiters.keys().next(), None);
         assert!(waiters.values_mut().next().is_none());
+        // Empty, it starts again from 0.
+        assert_eq!(waiters.push(), 0);
     }
 }
