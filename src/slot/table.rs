@@ -1,6 +1,8 @@
 //! The table of slots: finding a request's slot (or creating it), the
 //! per-slot settings in force, and eviction.
 
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -11,7 +13,7 @@ use tokio::time::Instant;
 use super::{Learned, Slot, SlotSnapshot};
 use crate::config::{Overrides, Target};
 use crate::key::SlotKey;
-use crate::policy::{MakePolicy, Policy};
+use crate::policy::{MakePolicy, Policy, Sample, Throttle};
 use crate::signals::Signals;
 
 /// All slots, by key; shared by a layer and every service made from it.
@@ -38,8 +40,10 @@ use crate::signals::Signals;
 #[derive(Debug)]
 pub(crate) struct SlotTable {
     /// Hashed with foldhash (seeded per table, as hashbrown's default):
-    /// SipHash took 155 of the ~330 instructions of a lookup.
-    slots: DashMap<SlotKey, Arc<Slot>, foldhash::fast::RandomState>,
+    /// SipHash took 155 of the ~330 instructions of a lookup. Each slot is
+    /// its own key ([`Entry`]): one word an entry, where a key beside the
+    /// slot took three.
+    slots: DashMap<Entry, (), foldhash::fast::RandomState>,
     policy: Arc<dyn MakePolicy>,
     /// Per-slot settings: what makes the policy of the slots they cover.
     overrides: RwLock<Overrides>,
@@ -50,6 +54,46 @@ pub(crate) struct SlotTable {
     created: AtomicUsize,
     /// The origin of the slots' clock (see [`clock`](Self::clock)).
     epoch: Instant,
+}
+
+/// A slot in the table, found by its key: hashed and compared as the key's
+/// text, so that a lookup by `&str` finds it.
+#[derive(Debug)]
+struct Entry(Arc<Slot>);
+
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key.as_str().hash(state);
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key.as_str() == other.0.key.as_str()
+    }
+}
+
+impl Eq for Entry {}
+
+impl Borrow<str> for Entry {
+    fn borrow(&self) -> &str {
+        self.0.key.as_str()
+    }
+}
+
+/// The policy of a slot made before the table is asked whether it is new
+/// (see [`SlotTable::with_new_slot`]); never seen by a request.
+#[derive(Debug)]
+struct Unmade;
+
+impl Policy for Unmade {
+    fn throttle(&self) -> Throttle {
+        Throttle::new(0.0, 1)
+    }
+
+    fn on_sample(&mut self, _: &Sample) -> Throttle {
+        self.throttle()
+    }
 }
 
 impl SlotTable {
@@ -84,8 +128,8 @@ impl SlotTable {
     /// new) while holding the table's lock on it, so that the slot cannot
     /// be evicted meanwhile.
     pub(crate) fn with_slot<R>(&self, key: SlotKey, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
-        if let Some(slot) = self.slots.get(key.as_str()) {
-            return f(&slot);
+        if let Some(entry) = self.slots.get(key.as_str()) {
+            return f(&entry.key().0);
         }
         self.with_new_slot(key, f)
     }
@@ -93,8 +137,8 @@ impl SlotTable {
     /// [`with_slot`](Self::with_slot) for a key given as text: allocates
     /// a key only when the slot is new.
     pub(crate) fn with_slot_str<R>(&self, key: &str, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
-        if let Some(slot) = self.slots.get(key) {
-            return f(&slot);
+        if let Some(entry) = self.slots.get(key) {
+            return f(&entry.key().0);
         }
         self.with_new_slot(SlotKey::verbatim(key), f)
     }
@@ -102,23 +146,31 @@ impl SlotTable {
     /// The way of [`with_slot`](Self::with_slot) once a plain lookup missed:
     /// creates the slot unless another request did meanwhile, and sweeps
     /// the table when due.
+    ///
+    /// The slot is made before the table is asked (it is the table's key),
+    /// with a placeholder policy: a request that loses a race to create it
+    /// drops its own. Its policy and floor are made under the table's lock
+    /// on its shard, as they were when the key was separate, so that
+    /// settings changed meanwhile either reach it there or find it in the
+    /// table.
     fn with_new_slot<R>(&self, key: SlotKey, f: impl FnOnce(&Arc<Slot>) -> R) -> R {
-        let (result, created) = match self.slots.entry(key) {
-            dashmap::Entry::Occupied(slot) => (f(slot.get()), false),
+        let signals = Signals::new(self.jitter, self.seed ^ crate::rng::hash(key.as_str()));
+        let slot = Arc::new(Slot::new(key, Box::new(Unmade), signals));
+        let (result, created) = match self.slots.entry(Entry(slot)) {
+            dashmap::Entry::Occupied(entry) => (f(&entry.key().0), false),
             dashmap::Entry::Vacant(vacant) => {
-                let key = vacant.key().clone();
+                let slot = &vacant.key().0;
                 let (policy, floor) = {
                     let overrides = self.overrides();
                     (
-                        self.make_policy(&overrides, &key),
-                        overrides.floor_for(key.as_str()),
+                        self.make_policy(&overrides, &slot.key),
+                        overrides.floor_for(slot.key.as_str()),
                     )
                 };
-                let mut signals =
-                    Signals::new(self.jitter, self.seed ^ crate::rng::hash(key.as_str()));
-                signals.set_floor(floor);
-                let slot = vacant.insert(Arc::new(Slot::new(key, policy, signals)));
-                (f(&slot), true)
+                slot.set_policy(policy);
+                slot.set_floor(floor);
+                let entry = vacant.insert(());
+                (f(&entry.key().0), true)
             }
         };
         if created {
@@ -156,14 +208,14 @@ impl SlotTable {
             return self
                 .slots
                 .get(key.as_str())
-                .map(|s| Arc::clone(&s))
+                .map(|e| Arc::clone(&e.key().0))
                 .into_iter()
                 .collect();
         }
         self.slots
             .iter()
-            .filter(|e| target.covers(e.key().as_str()))
-            .map(|e| Arc::clone(e.value()))
+            .filter(|e| target.covers(e.key().0.key.as_str()))
+            .map(|e| Arc::clone(&e.key().0))
             .collect()
     }
 
@@ -209,8 +261,10 @@ impl SlotTable {
     /// bound, the least recently used evictable ones.
     fn evict(&self, now: Instant) {
         let timeout = self.idle_timeout;
-        self.slots.retain(|_, slot| {
-            !slot.evict_if(now, |since| now.saturating_duration_since(since) >= timeout)
+        self.slots.retain(|entry, ()| {
+            !entry
+                .0
+                .evict_if(now, |since| now.saturating_duration_since(since) >= timeout)
         });
         if self.slots.len() <= self.max_slots {
             return;
@@ -219,9 +273,8 @@ impl SlotTable {
             .slots
             .iter()
             .filter_map(|e| {
-                e.value()
-                    .idle_since(now)
-                    .map(|since| (since, e.key().clone()))
+                let slot = &e.key().0;
+                slot.idle_since(now).map(|since| (since, slot.key.clone()))
             })
             .collect();
         let target = self.max_slots - self.max_slots / 10;
@@ -239,7 +292,7 @@ impl SlotTable {
             }
             if self
                 .slots
-                .remove_if(&key, |_, slot| slot.evict_if(now, |_| true))
+                .remove_if(key.as_str(), |entry, ()| entry.0.evict_if(now, |_| true))
                 .is_some()
             {
                 excess -= 1;
@@ -249,20 +302,20 @@ impl SlotTable {
 
     pub(crate) fn snapshot(&self, key: &str) -> Option<SlotSnapshot> {
         // Clone the Arc out first so no shard lock is held while locking the slot.
-        let slot = self.slots.get(key).map(|s| Arc::clone(&s))?;
+        let slot = self.slots.get(key).map(|e| Arc::clone(&e.key().0))?;
         Some(slot.snapshot())
     }
 
     /// What every slot learned, sorted by key.
     pub(crate) fn learned(&self, now: Instant) -> Vec<Learned> {
-        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|s| Arc::clone(&s)).collect();
+        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|e| Arc::clone(&e.key().0)).collect();
         let mut out: Vec<Learned> = slots.iter().map(|s| s.learned(now)).collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
 
     pub(crate) fn snapshots(&self) -> Vec<SlotSnapshot> {
-        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|s| Arc::clone(&s)).collect();
+        let slots: Vec<Arc<Slot>> = self.slots.iter().map(|e| Arc::clone(&e.key().0)).collect();
         let mut out: Vec<SlotSnapshot> = slots.iter().map(|s| s.snapshot()).collect();
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
