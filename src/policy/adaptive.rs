@@ -2,6 +2,9 @@
 //! Little's law and keeps its queue near empty, adapting both concurrency
 //! and delay, with overload handled in the same state machine.
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use super::lazy::{Lazy, MakeState};
 use super::params::{policy_params, within};
 use super::{Outcome, Policy, Sample, Throttle};
@@ -231,9 +234,26 @@ impl Adaptive {
         Ok(())
     }
 
-    /// A fresh state for the slot `key`.
+    /// A fresh state for the slot `key`: made on use (see
+    /// [`Lazy`]), from these parameters shared by the slots that have them.
     fn state(&self, _key: &SlotKey) -> Box<dyn Policy> {
-        Box::new(Lazy::new(self.clone()))
+        Box::new(Lazy::new(self.shared()))
+    }
+
+    /// These parameters, shared: the slots a layer makes on a thread hold
+    /// one copy of them (a pointer each, where a copy takes five words).
+    /// Slots made with other parameters get a copy of their own.
+    fn shared(&self) -> Arc<Adaptive> {
+        thread_local! {
+            static LAST: RefCell<Option<Arc<Adaptive>>> = const { RefCell::new(None) };
+        }
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some(shared) if **shared == *self => Arc::clone(shared),
+                _ => Arc::clone(last.insert(Arc::new(self.clone()))),
+            }
+        })
     }
 
     /// A fresh controller.
@@ -2014,11 +2034,16 @@ impl Knee {
     }
 }
 
-impl MakeState for Adaptive {
+impl MakeState for Arc<Adaptive> {
     type State = Knee;
 
     fn fresh(&self) -> Knee {
         self.knee()
+    }
+
+    /// As [`Knee`]'s (the lazy policy's tests check the two agree).
+    fn owns_overload(&self) -> bool {
+        true
     }
 }
 
@@ -2110,6 +2135,21 @@ mod tests {
     use super::*;
     use crate::policy::MakePolicy;
     use http::StatusCode;
+
+    #[test]
+    fn slots_with_the_same_parameters_share_one_copy() {
+        let a = Adaptive::default();
+        let (first, second) = (a.shared(), a.clone().shared());
+        assert!(Arc::ptr_eq(&first, &second));
+        let other = Adaptive::default().initial_concurrency(5);
+        let third = other.shared();
+        assert!(!Arc::ptr_eq(&first, &third));
+        assert_eq!(*third, other);
+        // Back to the first parameters: a copy of their own again, equal.
+        let fourth = a.shared();
+        assert_eq!(*fourth, a);
+        assert!(Arc::ptr_eq(&fourth, &a.shared()));
+    }
 
     fn at(latency: f64, in_flight: usize, at: f64) -> Sample {
         Sample::from_secs_f64(latency, StatusCode::OK)

@@ -32,14 +32,16 @@ pub(crate) trait MakeState: Clone + fmt::Debug + Send + 'static {
 
     /// A fresh state, the same every time.
     fn fresh(&self) -> Self::State;
+
+    /// What [`Policy::owns_overload`] of a fresh state answers (asked on
+    /// every response, so answered without making one).
+    fn owns_overload(&self) -> bool;
 }
 
 /// A policy that keeps its first [`EARLY`] answers instead of its state.
 pub(crate) struct Lazy<M: MakeState> {
     make: M,
     stage: Stage<M::State>,
-    /// The state's answer, asked once: the layer asks on every response.
-    owns_overload: bool,
 }
 
 enum Stage<P> {
@@ -51,7 +53,6 @@ enum Stage<P> {
 impl<M: MakeState> Lazy<M> {
     pub(crate) fn new(make: M) -> Self {
         Lazy {
-            owns_overload: make.fresh().owns_overload(),
             make,
             stage: Stage::Early(Box::default()),
         }
@@ -94,7 +95,7 @@ impl<M: MakeState> Policy for Lazy<M> {
 
     fn owns_overload(&self) -> bool {
         match &self.stage {
-            Stage::Early(_) => self.owns_overload,
+            Stage::Early(_) => self.make.owns_overload(),
             Stage::Made(state) => state.owns_overload(),
         }
     }
@@ -127,6 +128,7 @@ impl<M: MakeState> fmt::Debug for Lazy<M> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::time::Duration;
 
     use http::StatusCode;
@@ -166,7 +168,7 @@ mod tests {
     #[test]
     fn the_replayed_state_answers_as_the_state_kept_from_the_start() {
         for seed in 1..=50 {
-            let config = Adaptive::default().initial_concurrency(1 + seed as usize % 7);
+            let config = Arc::new(Adaptive::default().initial_concurrency(1 + seed as usize % 7));
             let mut kept = config.fresh();
             let mut lazy = Lazy::new(config.clone());
             assert_eq!(lazy.throttle(), kept.throttle());
@@ -189,7 +191,7 @@ mod tests {
 
     #[test]
     fn a_warm_start_makes_the_state_from_what_was_learned() {
-        let config = Adaptive::default();
+        let config = Arc::new(Adaptive::default());
         let learned = Throttle::new(0.25, 12);
         let mut kept = config.fresh();
         kept.warm(learned, Some(0.1));
@@ -204,7 +206,7 @@ mod tests {
 
     #[test]
     fn an_early_slot_holds_its_answers_not_the_state() {
-        let mut lazy = Lazy::new(Adaptive::default());
+        let mut lazy = Lazy::new(Arc::new(Adaptive::default()));
         for sample in answers(3, EARLY) {
             lazy.on_sample(&sample);
         }
@@ -212,7 +214,8 @@ mod tests {
             panic!("made after {EARLY} answers");
         };
         assert_eq!(answers.len(), EARLY);
-        let early = std::mem::size_of::<Lazy<Adaptive>>() + EARLY * std::mem::size_of::<Sample>();
+        let early =
+            std::mem::size_of::<Lazy<Arc<Adaptive>>>() + EARLY * std::mem::size_of::<Sample>();
         assert!(
             early < std::mem::size_of::<crate::policy::adaptive::Knee>(),
             "{early}"
