@@ -104,7 +104,7 @@ impl Slot {
             key: self.key.to_string(),
             delay_secs: state.throttle.delay_secs(),
             concurrency: state.throttle.concurrency(),
-            latency_secs: state.latency,
+            latency_secs: state.latency(),
             paused_secs: state
                 .signals
                 .paused_until()
@@ -119,8 +119,8 @@ impl Slot {
         self.change(|state| {
             state.policy.warm(warm.throttle, warm.latency);
             state.throttle = state.policy.throttle();
-            if state.latency.is_none() {
-                state.latency = warm.latency;
+            if state.latency().is_none() {
+                state.set_latency(warm.latency);
             }
             if let Some(pause) = warm.pause {
                 state.signals.retry_after(now, pause);

@@ -83,7 +83,7 @@ impl Slot {
             in_flight: state.in_flight,
             queued: state.waiters.len(),
             last_latency: state.last_latency.get(),
-            latency: state.latency.map(crate::time::secs_to_duration),
+            latency: state.latency().map(crate::time::secs_to_duration),
             last_status: state.last_status,
             dispatched: state.dispatched,
             responses: state.responses,
