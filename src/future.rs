@@ -6,7 +6,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
-use std::time::Duration;
 
 use http::Response;
 use http_body::Body;
@@ -191,13 +190,7 @@ where
                             started: admitted,
                         },
                         Poll::Ready(Err(error)) => State::Failed {
-                            error: Some(shared.fail(
-                                &mut permit,
-                                Instant::now(),
-                                Duration::ZERO,
-                                error,
-                                adjust,
-                            )),
+                            error: Some(shared.fail_readiness(&mut permit, error, adjust)),
                         },
                         Poll::Pending => {
                             // Whatever it reserved while pending goes
@@ -249,10 +242,8 @@ where
                         Poll::Ready(Err(error)) => {
                             let mut permit = permit;
                             this.state.set(State::Done);
-                            return Poll::Ready(Err(this.shared.fail(
+                            return Poll::Ready(Err(this.shared.fail_readiness(
                                 &mut permit,
-                                Instant::now(),
-                                Duration::ZERO,
                                 error,
                                 *this.adjust,
                             )));

@@ -300,6 +300,17 @@ impl Shared {
         error
     }
 
+    /// Reports an inner service that failed its readiness once the request
+    /// was admitted: an error with no latency, at once.
+    pub(crate) fn fail_readiness<E: Into<BoxError>>(
+        &self,
+        permit: &mut Permit,
+        error: E,
+        adjust: bool,
+    ) -> BoxError {
+        self.fail(permit, Instant::now(), Duration::ZERO, error, adjust)
+    }
+
     /// Reports a failed request, classified as `outcome`, to its slot, and
     /// gives its place back under the same lock (every caller drops the
     /// permit next).
