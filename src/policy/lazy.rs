@@ -5,12 +5,12 @@
 //! A policy is a pure state machine: a fresh state fed the same samples in
 //! the same order ends in the same state, bit for bit. So a slot does not
 //! need its policy's state until its answers would take more room than
-//! they do: until then it keeps the samples (48 bytes each) and, for each
+//! they do: until then it keeps the samples (40 bytes each) and, for each
 //! new one, makes a fresh state, replays them, takes the new one in and
 //! drops the state again. After [`EARLY`] answers it keeps the state. The
 //! long tail of a broad crawl, hosts asked a handful of times, so costs a
 //! few samples a slot instead of the whole state (the default policy's is
-//! about 600 bytes); a busy host pays the replays once, over its first
+//! 424 bytes, and more once it meets overloads); a busy host pays the replays once, over its first
 //! answers.
 
 use std::fmt;
@@ -22,7 +22,7 @@ use super::{Policy, Sample, Throttle};
 /// Replaying costs `1 + 2 + … + EARLY` samples taken in beyond the answers
 /// themselves, once per slot, over its first `EARLY + 1` answers (10 for
 /// 4: the first five answers take 15 samples in instead of 5); four
-/// samples take 192 bytes, under a third of the default policy's state.
+/// samples take 160 bytes, under two fifths of the default policy's state.
 pub(crate) const EARLY: usize = 4;
 
 /// Makes the fresh state that [`Lazy`] replays its answers into.
@@ -220,5 +220,13 @@ mod tests {
             early < std::mem::size_of::<crate::policy::adaptive::Knee>(),
             "{early}"
         );
+    }
+
+    /// An early answer is kept as a whole `Sample`: its size is what each
+    /// answer costs an early slot.
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_sample_takes_forty_bytes() {
+        assert_eq!(std::mem::size_of::<Sample>(), 40);
     }
 }

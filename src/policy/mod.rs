@@ -119,14 +119,33 @@ impl Outcome {
 /// sample with the seconds since it was made (`at`); a sample without one
 /// (a replayed trace) is taken to end `latency / in_flight` after the one
 /// before, as in a closed loop. A policy stays pure either way.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 pub struct Sample {
     latency: f64,
     status: Option<StatusCode>,
     outcome: Outcome,
+    /// Whether `at` is known; `at` is 0 when not, so that the derived
+    /// equality is that of an `Option<f64>`. (Two fields instead of an
+    /// `Option<f64>`: the flag takes a byte beside the status and the
+    /// outcome instead of a word, and a sample 40 bytes instead of 48,
+    /// which is what [`lazy`] keeps per early answer.)
+    timed: bool,
     in_flight: usize,
-    at: Option<f64>,
+    at: f64,
     pause: f64,
+}
+
+impl fmt::Debug for Sample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sample")
+            .field("latency", &self.latency)
+            .field("status", &self.status)
+            .field("outcome", &self.outcome)
+            .field("in_flight", &self.in_flight)
+            .field("at", &self.at_secs())
+            .field("pause", &self.pause)
+            .finish()
+    }
 }
 
 impl Sample {
@@ -147,8 +166,9 @@ impl Sample {
             latency,
             status: Some(status),
             outcome: Outcome::of_status(status),
+            timed: false,
             in_flight: 0,
-            at: None,
+            at: 0.0,
             pause: 0.0,
         }
     }
@@ -161,8 +181,9 @@ impl Sample {
             latency,
             status: None,
             outcome,
+            timed: false,
             in_flight: 0,
-            at: None,
+            at: 0.0,
             pause: 0.0,
         }
     }
@@ -187,7 +208,8 @@ impl Sample {
     /// as long as it does not go back).
     #[must_use]
     pub fn with_at(mut self, secs: f64) -> Self {
-        self.at = Some(secs);
+        self.at = secs;
+        self.timed = true;
         self
     }
 
@@ -228,7 +250,7 @@ impl Sample {
     /// When the request ended, in seconds on the slot's clock, if known.
     #[must_use]
     pub fn at_secs(&self) -> Option<f64> {
-        self.at
+        self.timed.then_some(self.at)
     }
 
     /// The pause the server asked for with this answer, in seconds (0 if
