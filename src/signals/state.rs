@@ -64,7 +64,6 @@ pub(crate) struct Signals {
     /// The jitter, when there is any (boxed: it is off by default, and then
     /// a slot carries a null pointer instead of three words).
     jitter: Option<Box<Jitter>>,
-    pub(crate) overloads: u64,
 }
 
 /// A slot's jitter: its amount, its random stream, and the factor drawn at
@@ -99,6 +98,10 @@ struct Trouble {
     /// A smoothed spacing between the fleet's dispatches of the slot, when
     /// a fleet shares it.
     fleet_interval: Option<Duration>,
+    /// The overloads counted (an event's repeats not), here rather than
+    /// beside the box: every overload makes the box anyway, and a quiet
+    /// slot so carries one word fewer.
+    overloads: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -122,7 +125,6 @@ impl Signals {
                     factor: 1.0,
                 })
             }),
-            overloads: 0,
         }
     }
 
@@ -165,6 +167,11 @@ impl Signals {
     /// No dispatch before this instant (`Retry-After`, an exhausted quota).
     pub(crate) fn paused_until(&self) -> Option<Instant> {
         self.trouble.as_ref().and_then(|t| t.paused_until)
+    }
+
+    /// The overloads counted (not those of an event already counted).
+    pub(crate) fn overloads(&self) -> u64 {
+        self.trouble.as_ref().map_or(0, |t| t.overloads)
     }
 
     fn trouble(&mut self) -> &mut Trouble {
@@ -240,7 +247,7 @@ impl Signals {
                         changed: false,
                     };
                 }
-                self.overloads += 1;
+                self.trouble().overloads += 1;
                 if owned {
                     self.trouble().overload_seq = Some(dispatched);
                     return Reaction {
@@ -381,7 +388,7 @@ mod tests {
             assert_eq!(r.outcome, Outcome::Ignore);
         }
         assert_eq!(s.effective(&p, t0), (200 * MS, 4));
-        assert_eq!(s.overloads, 1);
+        assert_eq!(s.overloads(), 1);
         // A later request's overload is a new event.
         s.on_outcome(t0 + 500 * MS, Outcome::Overload, 11, 12, &p, false);
         assert_eq!(s.effective(&p, t0), (400 * MS, 2));
@@ -455,7 +462,7 @@ mod tests {
         // each overload as it came.
         let r = s.on_outcome(t0 + 160 * MS, Outcome::Overload, 5, 10, &p, true);
         assert_eq!(r.outcome, Outcome::Overload);
-        assert_eq!(s.overloads, 1);
+        assert_eq!(s.overloads(), 1);
         assert_eq!(s.backoff(), (Duration::ZERO, None));
         assert_eq!(s.effective(&p, t0 + 200 * MS), (Duration::ZERO, 8));
     }

@@ -244,7 +244,7 @@ fn open(state: &SlotState, now: Instant) -> Decision {
     let (delay, limit) = state.signals.effective(&state.throttle, now);
     // A delay of `Duration::MAX` blocks the slot: nothing goes, not even a
     // first request, until it is lowered (which wakes the head).
-    if state.in_flight >= limit || delay == Duration::MAX {
+    if state.in_flight as usize >= limit || delay == Duration::MAX {
         return Decision::Wait;
     }
     // A zero delay (with any jitter) spaces nothing: the deadline is the

@@ -55,7 +55,10 @@ pub(crate) struct SlotState {
     pub(crate) throttle: Throttle,
     /// What the layer adds on top of the policy.
     pub(crate) signals: Signals,
-    pub(crate) in_flight: usize,
+    /// Requests dispatched and not yet ended (32 bits: beside the small
+    /// fields below it takes no word of its own; four billion requests in
+    /// flight on one slot would take terabytes of futures first).
+    pub(crate) in_flight: u32,
     pub(crate) last_dispatch: Option<Instant>,
     /// When a request last joined, left or finished here.
     pub(crate) last_used: Instant,
@@ -221,7 +224,7 @@ impl Slot {
                 None => Sample::error(ended.latency.as_secs_f64(), ended.outcome),
             }
             .with_outcome(reaction.outcome)
-            .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight))
+            .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight as usize))
             .with_at(ended.at)
             .with_pause(pause.as_secs_f64());
             if ended.adjust {

@@ -80,7 +80,7 @@ impl Slot {
             key: self.key.clone(),
             delay,
             concurrency,
-            in_flight: state.in_flight,
+            in_flight: state.in_flight as usize,
             queued: state.waiters.len(),
             last_latency: state.last_latency.get(),
             latency: state.latency().map(crate::time::secs_to_duration),
@@ -89,7 +89,7 @@ impl Slot {
             responses: state.responses,
             paused_until: state.signals.paused_until().filter(|p| *p > now),
             delay_floor: state.signals.floor(),
-            overloads: state.signals.overloads,
+            overloads: state.signals.overloads(),
         }
     }
 }
