@@ -49,9 +49,13 @@ PY
 mutant "replay-skips-the-first-answer" \
     "for answer in answers {" "for answer in answers.iter().skip(1) {"
 mutant "new-answer-not-kept" \
-    "answers.push(*sample);" "let _ = sample;"
+    "answers.push(answer);" "let _ = answer;"
 mutant "state-made-one-answer-late" \
-    "if answers.len() < EARLY {" "if answers.len() <= EARLY {"
+    "Some(answer) if answers.len() < EARLY =>" "Some(answer) if answers.len() <= EARLY =>"
+mutant "kept-answer-loses-its-pause" \
+    "pause: self.pause," "pause: 0.0,"
+mutant "kept-answer-loses-its-end-time" \
+    "timed: self.timed," "timed: false,"
 mutant "warm-start-dropped" \
     "state.warm(learned, latency);
         self.stage" "self.stage"
