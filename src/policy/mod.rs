@@ -42,6 +42,7 @@
 //! [`ConfigBuilder::build`](crate::ConfigBuilder::build) with a
 //! [`ConfigError`] naming the parameter.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +56,7 @@ mod adaptive;
 mod aimd;
 mod bounded;
 mod gradient2;
+mod held;
 mod lazy;
 mod params;
 mod replay;
@@ -66,6 +68,7 @@ pub use adaptive::Adaptive;
 pub use aimd::Aimd;
 pub use bounded::Bounded;
 pub use gradient2::Gradient2;
+pub(crate) use held::Held;
 pub use replay::replay;
 pub use scrapy::Scrapy;
 pub use scrapy2012::Scrapy2012;
@@ -303,7 +306,10 @@ impl Throttle {
 ///
 /// Implementations must be pure: no clock, no I/O, no randomness that is not
 /// seeded from their own state. They must not panic on any sample.
-pub trait Policy: fmt::Debug + Send + 'static {
+///
+/// (`Any`, which every `'static` type is, lets a slot tell the default
+/// policy's state from others, to hold it without a box.)
+pub trait Policy: Any + fmt::Debug + Send + 'static {
     /// What the policy allows now.
     fn throttle(&self) -> Throttle;
 

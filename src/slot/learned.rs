@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use super::Slot;
 use crate::error::ConfigError;
 use crate::key::SlotKey;
-use crate::policy::Throttle;
+use crate::policy::{Policy, Throttle};
 
 /// What one slot learned, from
 /// [`AutoThrottleLayer::export`](crate::AutoThrottleLayer::export), for

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use crate::fleet::Remote;
 use crate::key::SlotKey;
-use crate::policy::{Outcome, Policy, Sample, Throttle};
+use crate::policy::{Held, Outcome, Policy, Sample, Throttle};
 use crate::signals::{Ended, Signals};
 use crate::time::OptNanos;
 
@@ -50,7 +50,7 @@ pub(crate) struct Slot {
 /// The mutable part of a slot; only touched under [`Slot::lock`].
 #[derive(Debug)]
 pub(crate) struct SlotState {
-    policy: Box<dyn Policy>,
+    policy: Held,
     /// The policy's last answer.
     pub(crate) throttle: Throttle,
     /// What the layer adds on top of the policy.
@@ -151,7 +151,7 @@ impl Slot {
             state: Mutex::new(SlotState {
                 throttle,
                 signals,
-                policy,
+                policy: Held::new(policy),
                 in_flight: 0,
                 last_dispatch: None,
                 last_used: Instant::now(),
@@ -176,6 +176,7 @@ impl Slot {
 
     /// Takes in how a request ended: the layer's signals first, then the
     /// policy, and applies the result.
+    #[inline]
     pub(crate) fn on_end(&self, now: Instant, ended: Ended) -> Adjustment {
         let (adjustment, wake) = {
             let mut state = self.lock();
@@ -318,7 +319,7 @@ impl Slot {
     pub(crate) fn set_policy(&self, policy: Box<dyn Policy>) {
         self.change(|state| {
             state.throttle = policy.throttle();
-            state.policy = policy;
+            state.policy = Held::new(policy);
         });
     }
 
