@@ -54,8 +54,8 @@ import sys
 MUTANTS = [
     ("limit-off-by-one", "src/slot/gate.rs",
      "admits one more than the limit",
-     "if state.in_flight >= limit || delay == Duration::MAX {",
-     "if state.in_flight > limit || delay == Duration::MAX {"),
+     "if state.in_flight as usize >= limit || delay == Duration::MAX {",
+     "if state.in_flight as usize > limit || delay == Duration::MAX {"),
     ("no-delay", "src/slot/gate.rs",
      "ignores the delay between dispatches",
      ".map(|last| crate::time::after(last, state.signals.gap(delay)))",
