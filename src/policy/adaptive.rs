@@ -62,7 +62,7 @@ policy_params! {
     ///   half window): merged when it agrees, replacing the reference when
     ///   it is three standard errors below (the host got faster), and, when
     ///   it is above, half of that again tells a slower host from a smaller
-    ///   one (see *verify*).
+    ///   one unless its latency alone tells (see *verify*).
     /// - **Startup.** From `initial_concurrency`, the level grows each round
     ///   trip whose window is clean and in use: it doubles up to 8, grows by
     ///   8 up to 32, then by a quarter (RFC 3742's limited slow start, with
@@ -96,7 +96,21 @@ policy_params! {
     ///   law predicts, a window at half that level tells: a queue's latency
     ///   halves with the level, a slower host's does not (the threshold is
     ///   halfway, `ln 2 / 2`). A slower host gets a new reference (both
-    ///   windows) and its level and knee back.
+    ///   windows) and its level and knee back. The window at the lower
+    ///   level (or the re-measure at half the level) tells alone when no
+    ///   queue of ours explains its latency: a host serves at least one
+    ///   request at a time, so with `n̄` in flight Little's law bounds the
+    ///   mean latency by `n̄ · T₀`, and the mean of `ln(latency)` lies below
+    ///   the log of the mean (Jensen: the wider the spread, the looser the
+    ///   bound, never the tighter). A mean of `ln(latency)` three standard
+    ///   errors above `ln(n̄ · T₀)` (as for any reference replaced) is a
+    ///   slower host, and the window at half would only cost its round
+    ///   trips. That window becomes the new reference once, with the
+    ///   answers at the same level that follow it, it holds 16 (what
+    ///   replacing a reference takes elsewhere: the re-measure's 8 alone
+    ///   let probes above the knee pass for clean), and the level and knee
+    ///   come back (a latency up tenfold at 8 in flight, 1 s a round trip:
+    ///   back at 8 about 2 s sooner).
     /// - **Overload.** 429, 503 and timeouts are overloads; the layer tells
     ///   this policy each one with the `Retry-After` pause it brought, and
     ///   leaves the reaction to it. An overload answered to a request sent
@@ -551,6 +565,10 @@ struct Verify {
     /// After a window at the cut level that looked like drift: that window,
     /// while one at half its level tells.
     deeper: Option<Acc>,
+    /// `deeper` showed a slower host for sure (see
+    /// [`Knee::slower_than_any_queue`]): the window at the same level adds
+    /// to it, for the new reference.
+    more: bool,
 }
 
 /// The send times of a window, to tell whether a rate was in use.
@@ -1418,14 +1436,20 @@ impl Knee {
             // reference is above it, it held a queue (or the host got
             // faster); else it takes the window in.
             if test.above(Z_CUT) {
+                self.cruising_mut().base_probe = None;
+                if self.slower_than_any_queue(&self.window, &test) {
+                    let knee = self.cruising().knee;
+                    self.slower(level, knee, at);
+                    return;
+                }
                 // Above it: the host got slower, or its capacity fell below
                 // half the level. Half of that again tells which.
-                self.cruising_mut().base_probe = None;
                 self.cruising_mut().verify = Some(Box::new(Verify {
                     trigger: self.window,
                     level,
                     knee: self.cruising().knee,
                     deeper: Some(self.window),
+                    more: false,
                 }));
                 self.set_level(self.level / 2.0, at);
                 return;
@@ -1597,6 +1621,7 @@ impl Knee {
             level,
             knee: cruising.knee,
             deeper: None,
+            more: false,
         }));
         cruising.knee = c;
         cruising.headroom = headroom;
@@ -1618,6 +1643,11 @@ impl Knee {
         let want = (self.limit() as f64)
             .max(MIN_WINDOW)
             .max(self.to_tell(std::f64::consts::LN_2 / 2.0));
+        let want = match v.deeper {
+            // Enough, with the window before, to replace the reference.
+            Some(first) if v.more => want.max(2.0 * MIN_REFERENCE - first.n),
+            _ => want,
+        };
         if !self.complete(want, at) {
             // A round trip's answers at the lower level.
             return;
@@ -1635,7 +1665,7 @@ impl Knee {
             // Halving the level halves a queue's latency (down to the
             // no-load one) and leaves a slower host's as it was: the
             // likelier of the two, with the threshold halfway.
-            let fell = self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0;
+            let fell = !v.more && self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0;
             if fell {
                 if let Some(t) = Test::new(&candidate, &self.reference) {
                     self.cut(&candidate, &t, at);
@@ -1643,11 +1673,7 @@ impl Knee {
             } else {
                 let mut reference = self.window;
                 reference.merge(&candidate);
-                self.reference = reference;
-                self.cruising_mut().knee = v.knee;
-                self.cruising_mut().base_due =
-                    at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
-                self.set_level(v.level, at);
+                self.slower_host(reference, v.level, v.knee, at);
             }
             return;
         }
@@ -1656,6 +1682,10 @@ impl Knee {
             // the cut drained it.
             self.cruising_mut().verify = None;
             self.reset_window(at);
+            return;
+        }
+        if self.slower_than_any_queue(&self.window, test) {
+            self.slower(v.level, v.knee, at);
             return;
         }
         // Still above the reference. Little's law says which: a queue keeps
@@ -1687,6 +1717,46 @@ impl Knee {
             }
         }
         self.reset_window(at);
+    }
+
+    /// Whether window `w` is slower than any queue of ours explains, at
+    /// three standard errors: a host serves at least one request at a
+    /// time, so with `n̄` in flight Little's law bounds the mean latency by
+    /// `n̄ · T₀`, and the mean of `ln(latency)` lies below the log of the
+    /// mean.
+    fn slower_than_any_queue(&self, w: &Acc, test: &Test) -> bool {
+        let bound = (w.mean_in_flight() * self.reference.mean_latency()).ln();
+        test.df >= 4.0 && w.mean - bound > Test::quantile(Z_REBASE, test.df) * test.se.max(1e-12)
+    }
+
+    /// The window shows a slower host for sure: it is the new reference
+    /// (with the answers at this level that follow it, if it holds fewer
+    /// than a reference replaced takes), and `level` and `knee` come back.
+    fn slower(&mut self, level: f64, knee: f64, at: f64) {
+        let window = self.window;
+        if window.n >= 2.0 * MIN_REFERENCE {
+            self.slower_host(window, level, knee, at);
+            return;
+        }
+        self.cruising_mut().verify = Some(Box::new(Verify {
+            trigger: window,
+            level,
+            knee,
+            deeper: Some(window),
+            more: true,
+        }));
+        self.reset_window(at);
+    }
+
+    /// A slower host: `reference` is its no-load latency, and the level and
+    /// knee before the cut come back.
+    fn slower_host(&mut self, reference: Acc, level: f64, knee: f64, at: f64) {
+        self.reference = reference;
+        self.cruising_mut().verify = None;
+        self.cruising_mut().knee = knee;
+        self.cruising_mut().base_due =
+            at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+        self.set_level(level, at);
     }
 
     /// A run of answers far from the reference: a fresh window, judged
@@ -2280,6 +2350,40 @@ mod tests {
         answers(&mut k, 0.01, 40, level, &mut now);
         let base = k.reference.mean_latency();
         assert!((0.009..0.012).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn a_host_ten_times_slower_gets_its_level_back_without_a_window_at_half() {
+        // 8 workers at 100 ms, then at 1 s: at half the level (or at a cut
+        // of it), a latency above what any queue of ours explains is the
+        // host's own, and no window at half of that again is needed.
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
+        assert_eq!(limits[59], 8);
+        let mut now = k.last_at;
+        let mut lowest = usize::MAX;
+        let mut back = None;
+        for round in 0..40 {
+            let limit = k.throttle().concurrency();
+            lowest = lowest.min(limit);
+            let latency = 1.0 * (limit as f64 / 8.0).max(1.0);
+            now += latency;
+            for i in 0..limit {
+                let sample =
+                    Sample::from_secs_f64(latency * (1.0 + 0.01 * (i % 3) as f64), StatusCode::OK);
+                k.on_sample(&sample.with_in_flight(limit).with_at(now));
+            }
+            if back.is_none() && round > 0 && k.throttle().concurrency() >= 8 {
+                back = Some(round);
+            }
+        }
+        assert!(lowest >= 4, "went down to {lowest}");
+        assert!(
+            back.is_some_and(|r| r <= 12),
+            "back at 8 after {back:?} rounds"
+        );
+        let base = k.reference.mean_latency();
+        assert!((0.95..1.05).contains(&base), "{base}");
     }
 
     #[test]
