@@ -73,6 +73,25 @@ policy_params! {
     ///   errors end it at once. The level goes to `Ĉ` less what noise cannot
     ///   resolve, never below the last clean level (to that level when the
     ///   round was cut short).
+    ///   Above 32, where latencies are steady, a level's window need not
+    ///   wait two round trips (one for its requests to go out at the
+    ///   level, one for them to come back): it opens when the limit is
+    ///   full (a request sent while it filled can pass ahead of the queue
+    ///   the raise makes), takes just enough requests to see the raise's
+    ///   overshoot at a knee just above the last clean level (latencies
+    ///   `λ / clean` apart, at three standard errors with 84 % power, at
+    ///   least 8), and is judged when all of them are back, about one round
+    ///   trip after the raise. Such a window raises by a half: an overshoot
+    ///   it finds lasts one round trip where a round's lasted two, the
+    ///   queue a quarter made for twice as long. Startup's rounds miss the
+    ///   slow answers of their last part, a bias of about `σ²` towards
+    ///   quick answers in the reference; these windows are taken only
+    ///   where that is below half their standard error (`σ` of the log
+    ///   latency below about 0.14). When one ends Startup, its requests
+    ///   still out are taken in as they come back (each was sent with the
+    ///   level in flight, so each tells the knee by Little's law), and the
+    ///   whole window sets the knee, and the level if Cruise has not moved
+    ///   it.
     /// - **Cruise.** A window with a queue (two in a row at two standard
     ///   errors, one at three, or part of one at five) cuts the level; a
     ///   clean window in use (below one standard error) raises it by a step
@@ -298,6 +317,7 @@ impl Adaptive {
             run: Acc::default(),
             cruising: None,
             weak_exit: false,
+            ramp: Ramp::Round,
             remeasuring: false,
             provisional: true,
             bucket_start: 0.0,
@@ -348,7 +368,8 @@ const FAST_FACTOR: f64 = 2.0;
 const Q_MIN: f64 = 0.5;
 /// The queue a clean window must be able to see, in requests.
 const Q_SEE: f64 = 2.0;
-/// Startup grows the level by `min(λ, max(Q_RAMP, λ / 4))` per round trip.
+/// Startup grows the level by `min(λ, max(Q_RAMP, λ / 4))` per round trip
+/// (by `λ / 2` after a window sized to the raise, see [`Knee::sized_ramp`]).
 const Q_RAMP: f64 = 8.0;
 /// Overloads up to this share of answers are noise (BBRv2's loss threshold).
 const E_TOL: f64 = 0.02;
@@ -410,6 +431,9 @@ const CLOSE_WAIT: f64 = 2.0;
 /// The no-load latency taken for a host that refused everything it was sent,
 /// to space requests at a rate: the layer's least backoff, 50 ms.
 const NO_SERVICE_BASE: f64 = 0.05;
+/// Times closer than this (a nanosecond: below any timer's resolution)
+/// are the same instant.
+const SAME_INSTANT: f64 = 1e-9;
 /// The fewest answers a window is judged on.
 const MIN_WINDOW: f64 = 4.0;
 /// The fewest answers in the reference before a window may cut the level:
@@ -554,6 +578,19 @@ enum Phase {
     Cruise,
 }
 
+/// How a Startup window is taken.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Ramp {
+    /// From the level's start to the end of its first round trip.
+    Round,
+    /// Raised: waiting for the limit to fill (a round trip's window until
+    /// it does).
+    Filling,
+    /// The requests sent from when the limit filled, enough of them to see
+    /// the raise's overshoot, judged when all are back.
+    Sized,
+}
+
 /// A cut under test: queue or drift?
 #[derive(Clone, Copy, Debug)]
 struct Verify {
@@ -688,6 +725,8 @@ pub(crate) struct Knee {
     /// Startup ended on a small sample: the first window after may find
     /// it spurious, and resume it.
     weak_exit: bool,
+    /// How Startup's window at this level is taken (see `startup_round`).
+    ramp: Ramp,
     /// A window was opened afresh on a run of answers far from the
     /// reference: no other run counts until it is judged.
     remeasuring: bool,
@@ -754,6 +793,24 @@ struct Cruising {
     /// at half of it, and when that is due next.
     base_probe: Option<f64>,
     base_due: f64,
+    /// Startup ended on part of a window sent at the full level: the rest
+    /// of its answers, still out, tell the knee better.
+    exit: Option<Box<ExitWindow>>,
+}
+
+/// The answers to the requests sent at the level where Startup met a
+/// queue (see [`Knee::exit_startup`]).
+#[derive(Clone, Copy, Debug)]
+struct ExitWindow {
+    window: Acc,
+    /// The requests sent from `from` until `to` belong to it.
+    from: f64,
+    to: f64,
+    /// The level it was sent at (its answers after the exit come back
+    /// with fewer in flight than they were sent with).
+    level: f64,
+    /// The level Startup left to.
+    left_to: f64,
 }
 
 /// A controller's [`Cruising`] before Cruise.
@@ -768,6 +825,7 @@ static NO_CRUISING: Cruising = Cruising {
     suspect: None,
     base_probe: None,
     base_due: BASE_INTERVAL,
+    exit: None,
 };
 
 /// The part of [`Knee`] that only overload events set; until the first,
@@ -960,9 +1018,13 @@ impl Knee {
     }
 
     /// Where an answer to a request sent at `sent` belongs; counts it.
-    fn belongs(&mut self, sent: f64) -> Belongs {
+    fn belongs(&mut self, sent: f64, at: f64) -> Belongs {
         if sent < self.level_since {
-            self.old = self.old.saturating_sub(1);
+            if at >= self.level_since {
+                // (An answer before the window began, at the instant it
+                // opened, frees a place for a request that is old too.)
+                self.old = self.old.saturating_sub(1);
+            }
             return Belongs::Stale;
         }
         match &mut self.closed {
@@ -1262,7 +1324,34 @@ impl Knee {
             self.resumed_served = self.resumed_served.saturating_add(1);
         }
         let first = self.reference.n == 0.0;
+        if self.cruising.as_ref().is_some_and(|c| c.exit.is_some()) {
+            self.exit_answer(latency, sent, at);
+        }
+        if self.phase == Phase::Startup
+            && self.ramp == Ramp::Filling
+            && self.in_flight >= self.limit()
+        {
+            // The limit just filled at the raised level: the window holds
+            // the requests sent from now on, each of them sent with the
+            // level in flight (one sent while it filled can pass ahead of
+            // the queue the level makes, and not see it).
+            self.ramp = Ramp::Sized;
+            self.open_window(at);
+            // The request this answer frees goes out now, and belongs to
+            // the level that filled: the window begins just after it (a
+            // send time taken as the answer's time less its latency may
+            // come out a rounding error early or late).
+            self.level_since = at + SAME_INSTANT;
+            self.old = self.in_flight as u64;
+            return;
+        }
         if belongs == Belongs::Stale && !first {
+            if self.phase == Phase::Startup && self.ramp == Ramp::Sized && self.closed.is_none() {
+                // The window closes once it sent enough, before its own
+                // answers come back.
+                let want = self.startup_want();
+                self.complete(want, at);
+            }
             return;
         }
         if self.draining {
@@ -1333,7 +1422,22 @@ impl Knee {
     /// After each answer in Startup, and at the end of its round trip:
     /// leave at a queue, or raise at the end of a clean round.
     fn startup_round(&mut self, at: f64, round_over: bool) {
+        // A window sent at the full level is whole once enough were sent
+        // to see the raise's overshoot and all of them are back; one that
+        // never filled its limit, at the end of each round trip.
+        let sized = self.ramp == Ramp::Sized;
+        let whole = if sized {
+            let want = self.startup_want();
+            self.complete(want, at)
+        } else {
+            round_over
+        };
         if self.window.n < MIN_WINDOW {
+            if whole && sized {
+                // Too few answers to judge (the first is the reference, an
+                // overload has no latency): a fresh window.
+                self.open_window(at);
+            }
             // Too few answers yet: another round trip at this level.
             return;
         }
@@ -1342,7 +1446,7 @@ impl Knee {
         };
         let (c, headroom) = self.capacity(&self.window, &test);
         let queue = self.window.mean_in_flight() - c;
-        if !round_over {
+        if !whole {
             // Within the round, only a queue beyond doubt: tested after
             // every answer, five standard errors keep false exits below
             // one in a million answers.
@@ -1364,16 +1468,65 @@ impl Knee {
             self.exit_startup(c, headroom, &test, at, false);
             return;
         }
-        if self.bound() && !self.refusing() {
+        // A window opened when the limit was full was sent at the level.
+        if (sized || self.bound()) && !self.refusing() {
             self.clean = Some(self.level);
             // A clean level is the host's no-load latency too.
             let window = self.window;
             self.reference.merge(&window);
             self.reference.cap(REFERENCE_MAX);
-            let grow = self.level.min(Q_RAMP.max(self.level / 4.0));
+            let grow = if sized {
+                // A sized window's overshoot lasts half as long.
+                self.level / 2.0
+            } else {
+                self.level.min(Q_RAMP.max(self.level / 4.0))
+            };
             self.set_level(self.level + grow, at);
+            // Its window opens when the limit is full, if fewer than a round
+            // trip of requests tell.
+            self.ramp = if self.sized_ramp() {
+                Ramp::Filling
+            } else {
+                Ramp::Round
+            };
+        } else if sized {
+            // Refused: a fresh window at this level.
+            self.open_window(at);
         }
         // Else not in use: keep gathering answers at this level.
+    }
+
+    /// Whether Startup's window at this (raised) level is sized: above the
+    /// additive steps, when fewer than a round trip of requests tell, and
+    /// when the reference is taken to be fair to a window that waits for
+    /// all its answers. Startup's rounds end at the first answer sent
+    /// after they began, and leave out the slowest answers of their last
+    /// part, about a share `σ` of them, each about `σ` slow: a bias of
+    /// `σ²` towards quick answers. A sized window's standard error is
+    /// `ln(λ / clean) / ((Z_EXIT + Z_POW) √2)` by its size: the bias must
+    /// be below half of it (`σ` below 0.14 at a raise by a quarter).
+    fn sized_ramp(&self) -> bool {
+        let Some(clean) = self.clean.filter(|c| *c < self.level) else {
+            return false;
+        };
+        let se = (self.level / clean).ln() / ((Z_EXIT + Z_POW) * std::f64::consts::SQRT_2);
+        self.level > 4.0 * Q_RAMP
+            && self.sigma().powi(2) <= se / 2.0
+            && self.startup_want() < self.level.round()
+    }
+
+    /// The requests a Startup window sends at a raised level: enough to
+    /// see the queue the raise would make at a knee just above the last
+    /// clean level (latencies `level / clean` apart) at three standard
+    /// errors with 84 % power, at the reference's spread; at least
+    /// [`MIN_WINDOW`] and at most one round trip of the level.
+    fn startup_want(&self) -> f64 {
+        let round = self.level.round().max(MIN_WINDOW);
+        let Some(clean) = self.clean.filter(|c| *c < self.level) else {
+            return round;
+        };
+        let z = (Z_EXIT + Z_POW) * self.sigma() / (self.level / clean).ln();
+        (2.0 * z * z).max(2.0 * MIN_WINDOW).min(round)
     }
 
     /// Startup met a queue: on to Cruise at the estimated knee.
@@ -1393,7 +1546,64 @@ impl Knee {
         self.phase = Phase::Cruise;
         self.cruising_mut().base_due = at + BASE_INTERVAL;
         self.cruising_mut().step = self.min_step();
+        let sized = self.ramp == Ramp::Sized;
+        self.ramp = Ramp::Round;
+        if sized {
+            // The window's requests, and those sent after it closed, were
+            // all sent with the level in flight, and each answer tells the
+            // knee by Little's law: those still out are taken in as they
+            // come back.
+            let mut window = self.window;
+            if let Some(next) = self.after.as_deref() {
+                window.merge(&next.window);
+            }
+            let exit = ExitWindow {
+                window,
+                from: self.level_since,
+                to: at,
+                level: self.limit() as f64,
+                left_to: level.min(self.level),
+            };
+            self.cruising_mut().exit = Some(Box::new(exit));
+        }
         self.set_level(level.min(self.level), at);
+    }
+
+    /// An answer after Startup ended on part of a window: it joins that
+    /// window if sent at its level; the first sent after it ends the
+    /// window, which then sets the knee (and the level, if Cruise has not
+    /// moved it) as a whole window would have.
+    fn exit_answer(&mut self, latency: f64, sent: f64, at: f64) {
+        let Some(mut exit) = self.cruising().exit.as_deref().copied() else {
+            return;
+        };
+        if sent < exit.from {
+            return;
+        }
+        if sent < exit.to {
+            exit.window.push(latency, exit.level);
+            if let Some(kept) = self.cruising_mut().exit.as_deref_mut() {
+                *kept = exit;
+            }
+            return;
+        }
+        self.cruising_mut().exit = None;
+        let Some(test) = Test::new(&exit.window, &self.reference) else {
+            return;
+        };
+        let c = exit.window.mean_in_flight() * self.reference.mean_latency()
+            / exit.window.mean_latency();
+        let unresolved = exit.level * ((Z_CUT * test.se).exp() - 1.0);
+        let headroom = (unresolved.ceil() - 1.0).max(0.0);
+        let cruising = self.cruising_mut();
+        if cruising.verify.is_some() || cruising.base_probe.is_some() {
+            return;
+        }
+        cruising.knee = c;
+        cruising.headroom = headroom;
+        if self.level == exit.left_to && c - headroom > self.level && c - headroom < exit.level {
+            self.set_level(c - headroom, at);
+        }
     }
 
     /// After each answer in Cruise: fast checks on the latest answers, then the
@@ -1535,6 +1745,7 @@ impl Knee {
                 self.cruising_mut().knee = f64::INFINITY;
                 self.cruising_mut().headroom = 0.0;
                 self.phase = Phase::Startup;
+                self.ramp = Ramp::Round;
                 self.reset_window(at);
                 return;
             }
@@ -2161,7 +2372,7 @@ impl Policy for Knee {
         let sent = if usable || overload { at - latency } else { at };
         self.in_flight = sample.in_flight();
         // Every answer tells a window that one of its requests is back.
-        let belongs = self.belongs(sent);
+        let belongs = self.belongs(sent, at);
         if sample.outcome() == Outcome::Ignore || !(usable || overload) {
             return self.throttle();
         }
@@ -2801,12 +3012,12 @@ mod tests {
         // two still out of its five keep it open.
         for _ in 0..4 {
             k.in_flight = 6;
-            assert_eq!(k.belongs(9.0), Belongs::Stale);
+            assert_eq!(k.belongs(9.0, 10.5), Belongs::Stale);
         }
         assert_eq!(k.old, 0);
         for _ in 0..3 {
             k.in_flight = 5;
-            assert_eq!(k.belongs(10.5), Belongs::Window);
+            assert_eq!(k.belongs(10.5, 11.0), Belongs::Window);
         }
         // (Its slowest answer took a second: it waits two at most.)
         k.slowest = 1.0;
@@ -2814,10 +3025,10 @@ mod tests {
         assert_eq!(k.closed.map(|c| c.left), Some(4));
         // Requests sent after it closed belong to the next window.
         k.in_flight = 5;
-        assert_eq!(k.belongs(11.5), Belongs::Next);
+        assert_eq!(k.belongs(11.5, 12.0), Belongs::Next);
         for left in (0..4).rev() {
             k.in_flight = left + 2;
-            assert_eq!(k.belongs(10.9), Belongs::Window);
+            assert_eq!(k.belongs(10.9, 11.4), Belongs::Window);
             assert_eq!(k.complete(5.0, 12.0), left == 0);
         }
         // Cancelled requests never answer: the deadline judges it.
@@ -2825,7 +3036,7 @@ mod tests {
         k.open_window(20.0);
         k.slowest = 1.0;
         k.in_flight = 9;
-        assert_eq!(k.belongs(20.5), Belongs::Window);
+        assert_eq!(k.belongs(20.5, 21.0), Belongs::Window);
         assert!(!k.complete(4.0, 21.0));
         assert!(!k.complete(4.0, 22.9));
         assert!(k.complete(4.0, 23.0));
