@@ -585,7 +585,9 @@ fn floor_heavy_tails() {
 
 #[test]
 fn floor_drift() {
-    seeds("drift-up", 0.7, 1.0, 5.0);
+    // 0.82-0.83 of the oracle on seeds 1-3 since a slower host is told by
+    // its latency alone (0.78-0.80 before).
+    seeds("drift-up", 0.8, 1.0, 5.0);
 }
 
 #[test]
