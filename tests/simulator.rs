@@ -617,3 +617,21 @@ fn floor_several_hosts() {
     seeds("multi-host", 0.85, 1.0, 5.0);
     seeds("three-hosts", 0.9, 1.2, 5.0);
 }
+
+#[test]
+fn a_large_steady_host_is_found_within_a_few_round_trips_past_32() {
+    // 512 workers at 100 ms ± 10 %: past 32 in flight, Startup's windows
+    // sized to the raise take about one round trip a level instead of
+    // two, so the level passes 400 at 2.85 s (3.4 s before), and the
+    // server's mean queue stays under 1 (0.65; 0.91 before).
+    let host = Host::new("large", Model::queue(512, uniform(100)), 60_000).pool(4096);
+    let run = sim::run(&alone(host), &default_policy(), 1);
+    let h = &run.hosts[0];
+    let found = h
+        .series
+        .iter()
+        .find(|p| p.concurrency >= 400.0)
+        .map(|p| p.t);
+    assert!(found.is_some_and(|t| t <= 3.1), "past 400 at {found:?} s");
+    assert!(h.mean_queue <= 1.0, "mean queue {}", h.mean_queue);
+}
