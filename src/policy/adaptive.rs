@@ -1117,10 +1117,15 @@ impl Knee {
     }
 
     /// Little's estimate of the capacity from window `w`, and the queue a
-    /// test of `w` against the reference cannot resolve.
+    /// test of `w` against the reference cannot resolve at this level.
     fn capacity(&self, w: &Acc, test: &Test) -> (f64, f64) {
+        self.capacity_at(w, test, self.level)
+    }
+
+    /// [`capacity`](Self::capacity), for a window sent at `level`.
+    fn capacity_at(&self, w: &Acc, test: &Test, level: f64) -> (f64, f64) {
         let c = w.mean_in_flight() * self.reference.mean_latency() / w.mean_latency();
-        let unresolved = self.level * ((Z_CUT * test.se).exp() - 1.0);
+        let unresolved = level * ((Z_CUT * test.se).exp() - 1.0);
         (c, (unresolved.ceil() - 1.0).max(0.0))
     }
 
@@ -1595,10 +1600,7 @@ impl Knee {
         let Some(test) = Test::new(&exit.window, &self.reference) else {
             return;
         };
-        let c = exit.window.mean_in_flight() * self.reference.mean_latency()
-            / exit.window.mean_latency();
-        let unresolved = exit.level * ((Z_CUT * test.se).exp() - 1.0);
-        let headroom = (unresolved.ceil() - 1.0).max(0.0);
+        let (c, headroom) = self.capacity_at(&exit.window, &test, exit.level);
         let cruising = self.cruising_mut();
         if cruising.verify.is_some() || cruising.base_probe.is_some() {
             return;
