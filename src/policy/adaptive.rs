@@ -57,7 +57,13 @@ policy_params! {
     ///   answer and Startup's clean rounds (provisional: their short rounds
     ///   miss slow answers), then from the first whole Cruise window unless
     ///   it holds a queue at three standard errors, from windows sent one at
-    ///   a time (no queue of ours can form), and from a window at half the
+    ///   a time (no queue of ours can form: one that differs from a
+    ///   reference of fewer than 8 answers replaces it at once, and when
+    ///   Startup ended against that reference, not on an overload, Startup
+    ///   resumes; a backend's first answers on new connections may all be
+    ///   quicker than the reused connections will answer, by Nagle's
+    ///   algorithm and delayed ACKs, and judged against them every window
+    ///   would show a queue), and from a window at half the
     ///   level every `max(10 s, 50 round trips)` (BBR's ProbeRTT, at BBRv2's
     ///   half window): merged when it agrees, replacing the reference when
     ///   it is three standard errors below (the host got faster), and, when
@@ -1725,9 +1731,13 @@ impl Knee {
         let Some(test) = Test::new(&self.window, &self.reference) else {
             return;
         };
-        if self.reference.n < MIN_REFERENCE {
+        let weak = self.reference.n < MIN_REFERENCE;
+        if weak && (self.max_in_flight > 1 || self.level < 1.0) {
             // Too little known of the no-load latency to judge a queue: a
-            // window that shows none adds to it.
+            // window that shows none adds to it. (At a limit of one, there
+            // is no queue of ours to judge: see below. At a rate, the
+            // level came from overload events, and a raise there is a
+            // probe.)
             if !test.above(Z_CUT) {
                 let window = self.window;
                 self.reference.merge(&window);
@@ -1766,7 +1776,25 @@ impl Knee {
             let window = self.window;
             // It may still raise the level.
             let bound = self.bound() && !self.refusing();
-            if (test.above(Z_REBASE) || test.below(Z_REBASE)) && window.n >= 2.0 * MIN_REFERENCE {
+            // It replaces a reference it differs from once it holds as
+            // many answers as replacing one takes; else it adds to it.
+            let differs = test.above(Z_REBASE) || test.below(Z_REBASE);
+            if differs && weak && self.events.is_none() {
+                // A reference of a few of Startup's first answers, which
+                // may all have been quicker than the host is now (judged
+                // against them, every window would show a queue, and the
+                // level would never leave 1): Startup ended against it,
+                // not on an overload, on a queue the host's own latency
+                // now shows was none. The window replaces it at once, and
+                // Startup resumes from here, as after an exit on noise.
+                self.rebase(window, at);
+                self.cruising_mut().knee = f64::INFINITY;
+                self.cruising_mut().headroom = 0.0;
+                self.phase = Phase::Startup;
+                self.ramp = Ramp::Round;
+                return;
+            }
+            if differs && window.n >= 2.0 * MIN_REFERENCE {
                 self.rebase(window, at);
             } else {
                 self.reference.merge(&window);
@@ -3249,5 +3277,66 @@ mod tests {
                 "{places} places at {latency} s: {thr} of their rate ({refused} of {sent} refused)"
             );
         }
+    }
+
+    #[test]
+    fn a_host_slower_one_at_a_time_than_its_first_answers_is_not_held_at_one() {
+        // Recorded on 127.0.0.1 (2026-12-03): a crawl through nginx's
+        // `limit_conn 8` before a backend answering in 50 ms, whose reused
+        // connections answer 40 ms later (Nagle's algorithm and delayed
+        // ACKs). The first two answers, on new connections, took 53 ms;
+        // every one after about 95 ms. Startup left at 2 on the rise
+        // against a reference of one answer, to 1, and every window at 1
+        // then showed a "queue" against it: the level stayed at 1 for the
+        // whole crawl (57 s where 7.5 s suffice, in 2 runs of 10). Now the
+        // window sent one at a time replaces that reference and Startup
+        // resumes. (At, latency, in flight) of each answer:
+        let samples = [
+            (0.0552, 0.0532, 2),
+            (0.0552, 0.0547, 2),
+            (0.1511, 0.0958, 2),
+            (0.1623, 0.0930, 2),
+            (0.2472, 0.0953, 2),
+            (0.2586, 0.0918, 1),
+            (0.3554, 0.0968, 1),
+            (0.4507, 0.0948, 1),
+            (0.5471, 0.0959, 1),
+            (0.6437, 0.0964, 1),
+            (0.7389, 0.0946, 1),
+            (0.8357, 0.0962, 1),
+            (0.9313, 0.0951, 1),
+            (1.0276, 0.0956, 1),
+            (1.1240, 0.0961, 1),
+            (1.2195, 0.0952, 1),
+            (1.3156, 0.0955, 1),
+            (1.4118, 0.0951, 1),
+            (1.5074, 0.0950, 1),
+            (1.6034, 0.0958, 1),
+            (1.6998, 0.0956, 1),
+            (1.7956, 0.0953, 1),
+            (1.8922, 0.0963, 1),
+            (1.9870, 0.0944, 1),
+            (2.0829, 0.0950, 1),
+            (2.1792, 0.0955, 1),
+            (2.2748, 0.0951, 1),
+            (2.3710, 0.0958, 1),
+            (2.4671, 0.0957, 1),
+            (2.5634, 0.0958, 1),
+        ];
+        let mut k = Adaptive::default().knee();
+        for &(at, latency, in_flight) in &samples {
+            k.on_sample(
+                &Sample::from_secs_f64(latency, StatusCode::OK)
+                    .with_in_flight(in_flight)
+                    .with_at(at),
+            );
+        }
+        let reference = k.reference.mean_latency();
+        assert!(
+            (0.09..0.1).contains(&reference),
+            "the reference is the host's latency one at a time: {reference}"
+        );
+        assert!(k.level >= 2.0, "the level left 1: {}", k.level);
+        assert_eq!(k.phase, Phase::Startup);
     }
 }
