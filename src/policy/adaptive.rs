@@ -57,13 +57,13 @@ policy_params! {
     ///   answer and Startup's clean rounds (provisional: their short rounds
     ///   miss slow answers), then from the first whole Cruise window unless
     ///   it holds a queue at three standard errors, from windows sent one at
-    ///   a time (no queue of ours can form: one that differs from a
-    ///   reference of fewer than 8 answers replaces it at once, and when
-    ///   Startup ended against that reference, not on an overload, Startup
-    ///   resumes; a backend's first answers on new connections may all be
-    ///   quicker than the reused connections will answer, by Nagle's
-    ///   algorithm and delayed ACKs, and judged against them every window
-    ///   would show a queue), and from a window at half the
+    ///   a time (no queue of ours can form: before any overload, one that
+    ///   differs from a reference of fewer than 8 answers replaces it at
+    ///   once, and Startup, which ended against that reference, resumes;
+    ///   a backend's first answers on new connections may all be quicker
+    ///   than its reused connections will answer, by Nagle's algorithm
+    ///   and delayed ACKs, and judged against them every window would
+    ///   show a queue), and from a window at half the
     ///   level every `max(10 s, 50 round trips)` (BBR's ProbeRTT, at BBRv2's
     ///   half window): merged when it agrees, replacing the reference when
     ///   it is three standard errors below (the host got faster), and, when
