@@ -1758,10 +1758,7 @@ impl Knee {
             self.weak_exit = false;
             if test.d <= 0.0 && self.bound() {
                 // Startup ended on noise: resume it from here.
-                self.cruising_mut().knee = f64::INFINITY;
-                self.cruising_mut().headroom = 0.0;
-                self.phase = Phase::Startup;
-                self.ramp = Ramp::Round;
+                self.resume_startup();
                 self.reset_window(at);
                 return;
             }
@@ -1788,10 +1785,7 @@ impl Knee {
                 // now shows was none. The window replaces it at once, and
                 // Startup resumes from here, as after an exit on noise.
                 self.rebase(window, at);
-                self.cruising_mut().knee = f64::INFINITY;
-                self.cruising_mut().headroom = 0.0;
-                self.phase = Phase::Startup;
-                self.ramp = Ramp::Round;
+                self.resume_startup();
                 return;
             }
             if differs && window.n >= 2.0 * MIN_REFERENCE {
@@ -1853,6 +1847,16 @@ impl Knee {
             self.cruising_mut().step = self.min_step();
             self.reset_window(at);
         }
+    }
+
+    /// Startup resumes from the level it is at, the knee it ended on
+    /// forgotten (it ended on noise, or against a reference that proved
+    /// wrong). The caller starts the window.
+    fn resume_startup(&mut self) {
+        self.cruising_mut().knee = f64::INFINITY;
+        self.cruising_mut().headroom = 0.0;
+        self.phase = Phase::Startup;
+        self.ramp = Ramp::Round;
     }
 
     /// The window holds a queue: cut to the estimated capacity, at most by
