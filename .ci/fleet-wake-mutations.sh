@@ -35,7 +35,14 @@ mutants=(
 
 echo "== unmutated"
 for test in "$WAKE" "$LEARN"; do
-    if ! run "$test"; then tail -n 30 "$work/log" >&2; echo "the unmutated $test fails" >&2; exit 2; fi
+    if ! run "$test"; then
+        # The assertion's message first (a backtrace would push it out of
+        # a short tail), then the end of the log.
+        grep -A12 "panicked at" "$work/log" >&2 || true
+        tail -n 30 "$work/log" >&2
+        echo "the unmutated $test fails" >&2
+        exit 2
+    fi
 done
 echo "passes"
 missed=0

@@ -416,8 +416,12 @@ async fn every_worker_learns_from_the_whole_fleets_answers() {
     let redis = RedisServer::any().await;
     let host = site::host().await;
     let name = fleet_name();
-    let (a, seen_a) = recording_worker(Fleet::new(redis.url(), &name));
-    let (b, seen_b) = recording_worker(Fleet::new(redis.url(), &name));
+    // A slow answer on a busy machine must not send a worker off on its
+    // own (the default timeout is 250 ms): the counts below assume every
+    // reservation reached Redis.
+    let fleet = || Fleet::new(redis.url(), &name).timeout(Duration::from_secs(5));
+    let (a, seen_a) = recording_worker(fleet());
+    let (b, seen_b) = recording_worker(fleet());
     let (svc_a, svc_b) = (client(&a), client(&b));
     // A alone: four answers after 60 ms, one 503.
     for _ in 0..4 {
@@ -463,7 +467,8 @@ async fn every_worker_learns_from_the_whole_fleets_answers() {
     // Each sample goes to each worker once: nothing new comes again.
     assert_eq!(get(&svc_b, &host.url("/ok")).await, StatusCode::OK);
     b.flush().await;
-    assert_eq!(seen_b.seen().len(), 8, "B: A's sixth answer, then its own");
+    let got = seen_b.seen();
+    assert_eq!(got.len(), 8, "B: A's sixth answer, then its own: {got:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
