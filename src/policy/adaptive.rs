@@ -115,7 +115,12 @@ policy_params! {
     ///   its latency: taken as the reference, a run of noise would make the
     ///   next answers look like a queue). The run is long enough that noise
     ///   of the reference's spread makes one less than once in a million
-    ///   answers (6 for a steady host, 9 for a log-normal σ 0.8).
+    ///   round trips, that is once in a million answers per request in
+    ///   flight (6 for a steady host; 10 for a log-normal σ 0.8 at 8 in
+    ///   flight, 13 at 1 000): a false alarm as rare in time at a thousand
+    ///   in flight as at one. Counted per answer, a host of a thousand
+    ///   workers with heavy tails was cut by half every minute or so for
+    ///   nothing, each cut costing seconds to verify and climb back.
     /// - **Cut, then verify.** A cut goes to `Ĉ` less what noise cannot
     ///   resolve, by at most half and never below 1 (one request at a time
     ///   holds no queue of ours). A cut is a hypothesis: if the latency at
@@ -367,8 +372,9 @@ const Z_REBASE: f64 = 3.0;
 /// A large change is acted on at once: when answers in a row took more than
 /// `FAST_FACTOR` times (or less than its inverse) the reference's typical
 /// latency, as many as noise of the reference's spread makes less than once
-/// in `1 / FAST_ODDS` answers (a normal tail in log space), and at least
-/// `FAST_RUN`; a fourfold capacity drop or a tenfold drift does it at once.
+/// in `1 / FAST_ODDS` round trips, `level / FAST_ODDS` answers (a normal
+/// tail in log space), and at least `FAST_RUN`; a fourfold capacity drop or
+/// a tenfold drift does it at once.
 const FAST_RUN: u32 = 6;
 const FAST_ODDS: f64 = 1e-6;
 const FAST_FACTOR: f64 = 2.0;
@@ -1145,8 +1151,10 @@ impl Knee {
     }
 
     /// Answers in a row beyond [`FAST_FACTOR`] that noise alone makes less
-    /// than once in [`FAST_ODDS`] answers, at the reference's spread (at
-    /// least [`FAST_RUN`]).
+    /// than once in `1 / FAST_ODDS` round trips (the level's answers each),
+    /// at the reference's spread (at least [`FAST_RUN`]). The run is found
+    /// at once at any level: a thousand in flight answer a run of 13 within
+    /// a hundredth of a round trip.
     fn fast_run(&self) -> u32 {
         let sigma = self.sigma();
         if sigma <= 0.0 {
@@ -1156,7 +1164,7 @@ impl Knee {
         if p <= 0.0 {
             return FAST_RUN;
         }
-        let k = (FAST_ODDS.ln() / p.ln()).ceil();
+        let k = ((FAST_ODDS / self.level.max(1.0)).ln() / p.ln()).ceil();
         if k.is_finite() {
             (k as u32).clamp(FAST_RUN, 64)
         } else {
@@ -2565,6 +2573,34 @@ mod tests {
             *now += 0.001;
             p.on_sample(&at(latency, in_flight, *now));
         }
+    }
+
+    #[test]
+    fn a_run_that_cuts_at_once_is_as_rare_in_time_at_any_level() {
+        // A reference of log-normal spread σ 0.8: an answer is above twice
+        // the typical latency with probability Q(ln 2 / 0.8) = Q(0.866),
+        // 0.1932 (a normal table). The run must be the shortest whose
+        // chance, taken at each of a round trip's `level` answers, is below
+        // one in a million round trips.
+        let mut k = Adaptive::default().knee();
+        k.reference = Acc {
+            n: 1000.0,
+            mean: 0.1f64.ln(),
+            m2: 0.64 * 999.0,
+            sum_latency: 1000.0 * 0.1 * (0.32f64).exp(),
+            sum_in_flight: 8000.0,
+        };
+        let p: f64 = 0.1932;
+        for (level, run) in [(1.0, 9), (8.0, 10), (64.0, 11), (1000.0, 13)] {
+            k.level = level;
+            assert_eq!(k.fast_run(), run, "at {level} in flight");
+            let odds = |k: u32| level * p.powi(k as i32);
+            assert!(odds(run) < 1e-6 && odds(run - 1) > 1e-6, "at {level}");
+        }
+        // A steady host (σ 0.06): the least run, 6, at any level.
+        k.reference.m2 = 0.0036 * 999.0;
+        k.level = 1000.0;
+        assert_eq!(k.fast_run(), FAST_RUN);
     }
 
     #[test]
