@@ -362,22 +362,41 @@ proptest! {
             // set; the paused clock runs through it at once.
             let budget = Duration::from_secs(86_400 * 1_000);
             tokio::time::sleep(budget).await;
-            for (key, task) in tasks {
-                if task.is_finished() {
-                    let answered = task.await.expect("no panic");
-                    prop_assert!(answered.is_ok(), "the inner service never fails");
-                    continue;
-                }
-                let slot = layer.slot(key.as_str()).expect("a held request has its slot");
-                let now = tokio::time::Instant::now();
+            // What holds the requests still out, read before any of them
+            // is given up: a slot's queue, held by a pause or a long delay,
+            // or `poll_ready`, waiting for a place under `max_pending` that
+            // the requests queued or in flight all hold.
+            let now = tokio::time::Instant::now();
+            let slots = layer.slots();
+            let taken: usize = slots.iter().map(|s| s.queued + s.in_flight).sum();
+            for slot in slots.iter().filter(|s| s.queued > 0) {
                 let paused = slot.paused_until.is_some_and(|until| until > now);
                 let long_delay = slot.delay > budget / 100;
                 prop_assert!(
                     paused || long_delay,
                     "held without a documented reason: {slot:?}"
                 );
+            }
+            let full = taken >= max_pending;
+            let mut held = 0;
+            for (key, task) in tasks {
+                if task.is_finished() {
+                    let answered = task.await.expect("no panic");
+                    prop_assert!(answered.is_ok(), "the inner service never fails");
+                    continue;
+                }
+                held += 1;
+                let queued = slots.iter().any(|s| s.key == key && s.queued > 0);
+                prop_assert!(
+                    queued || full,
+                    "{key} held outside its slot's queue while {taken} of {max_pending} places are taken"
+                );
                 task.abort();
             }
+            prop_assert!(
+                held <= taken || full,
+                "{held} held, {taken} queued or in flight, with places free under max_pending {max_pending}"
+            );
             Ok(())
         })?;
     }
