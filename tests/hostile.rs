@@ -4,9 +4,13 @@
 //! `Duration::MAX`), policies built with any parameters (checked or not) fed
 //! any sample, any key string, and servers answering any status and any
 //! `Retry-After` / `RateLimit` text. Each case asserts no panic, and that
-//! every request is answered, or held by a documented reason: a `Retry-After`
-//! pause, a delay longer than the test's budget (a floor, a bound, a
-//! `RateLimit` pacing), or a `Duration::MAX` delay that blocks the slot.
+//! every request is answered, or held by a documented reason: in its slot's
+//! queue, a `Retry-After` pause, a delay longer than the test's budget (a
+//! floor, a bound, a `RateLimit` pacing), or a `Duration::MAX` delay that
+//! blocks the slot; outside it, in `poll_ready`, a place under
+//! `max_pending` while every place is held by a request queued or in
+//! flight. `.ci/hostile-mutations.sh` leaks such a place on purpose and
+//! checks that this is caught.
 //!
 //! CI runs 128 cases of each, drawn from a fixed seed; for a longer soak from
 //! a random seed (in a debug build, so that arithmetic overflow panics):
