@@ -49,14 +49,7 @@ missed=0
 for m in "${mutants[@]}"; do
     IFS='|' read -r name test file old new <<<"$m"
     restore
-    if ! python3 - "$file" "$old" "$new" <<'PY'
-import sys
-path, old, new = sys.argv[1:]
-text = open(path, encoding="utf-8").read()
-if text.count(old) != 1:
-    sys.exit(f"{path}: the text to replace occurs {text.count(old)} times, not once: {old}")
-open(path, "w", encoding="utf-8").write(text.replace(old, new))
-PY
+    if ! python3 .ci/replace-once.py "$file" "$old" "$new"
     then
         echo "a patch no longer applies: update .ci/fleet-wake-mutations.sh" >&2
         exit 2

@@ -30,14 +30,7 @@ missed=0
 mutant() {
     local name="$1" from="$2" to="$3"
     cp "$saved" "$FILE"
-    python3 - "$FILE" "$from" "$to" <<'PY' || exit 2
-import sys
-path, old, new = sys.argv[1:]
-text = open(path).read()
-if text.count(old) != 1:
-    sys.exit(f"patch does not apply: {old!r}")
-open(path, "w").write(text.replace(old, new))
-PY
+    python3 .ci/replace-once.py "$FILE" "$from" "$to" || exit 2
     if run; then
         echo "MISSED  $name"
         missed=1
