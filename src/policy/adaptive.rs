@@ -2594,7 +2594,7 @@ mod tests {
         for (level, run) in [(1.0, 9), (8.0, 10), (64.0, 11), (1000.0, 13)] {
             k.level = level;
             assert_eq!(k.fast_run(), run, "at {level} in flight");
-            let odds = |k: u32| level * p.powi(k as i32);
+            let odds = |len: u32| level * p.powi(len as i32);
             assert!(odds(run) < 1e-6 && odds(run - 1) > 1e-6, "at {level}");
         }
         // A steady host (σ 0.06): the least run, 6, at any level.
