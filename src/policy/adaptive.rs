@@ -120,7 +120,13 @@ policy_params! {
     ///   flight, 13 at 1 000): a false alarm as rare in time at a thousand
     ///   in flight as at one. Counted per answer, a host of a thousand
     ///   workers with heavy tails was cut by half every minute or so for
-    ///   nothing, each cut costing seconds to verify and climb back.
+    ///   nothing, each cut costing seconds to verify and climb back. A run
+    ///   is judged once its last instant is over (at the next answer that
+    ///   comes later): the answers of one instant (a timer's tick, a batch
+    ///   of responses read together) come in no order the odds can rely
+    ///   on. A batch sorted by send time hands over its slowest answers
+    ///   first, and at ten thousand answers a second made a run of them
+    ///   every few seconds; a quick answer of the same instant breaks it.
     /// - **Cut, then verify.** A cut goes to `Ĉ` less what noise cannot
     ///   resolve, by at most half and never below 1 (one request at a time
     ///   holds no queue of ours). A cut is a hypothesis: if the latency at
@@ -328,6 +334,7 @@ impl Adaptive {
             above: 0,
             below: 0,
             run: Acc::default(),
+            run_at: f64::NEG_INFINITY,
             cruising: None,
             weak_exit: false,
             ramp: Ramp::Round,
@@ -671,6 +678,16 @@ struct Batch {
     refused: u32,
 }
 
+/// A run of answers beyond [`FAST_FACTOR`] that is long enough and whose
+/// last instant is over (see [`Knee::fast_run`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Ripe {
+    /// Slow answers: a queue, or a slower host.
+    slow: bool,
+    /// Quick answers: a quicker host.
+    quick: bool,
+}
+
 /// Where an answer belongs, by the time its request was sent.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Belongs {
@@ -730,10 +747,11 @@ pub(crate) struct Knee {
     /// Requests in flight at the latest answer (itself included).
     in_flight: usize,
     /// Answers in a row above twice, or below half, the reference's typical
-    /// latency, and the latest of them.
+    /// latency, the latest of them, and the instant of the last.
     above: u32,
     below: u32,
     run: Acc,
+    run_at: f64,
     /// What Cruise keeps of the knee (boxed: a slot that never left
     /// Startup, as most in a broad crawl, has none).
     cruising: Option<Box<Cruising>>,
@@ -1404,6 +1422,20 @@ impl Knee {
             self.sends.add(sent);
             self.slowest = self.slowest.max(latency);
         }
+        // A run is judged once its last instant is over. Answers that come
+        // at one instant (one tick of a timer, one batch of responses read
+        // together) come in no order a run can rely on: a batch may hand
+        // over its slowest answers first, and a quick answer later in the
+        // same batch breaks the run.
+        let ripe = if self.phase == Phase::Cruise && at > self.run_at {
+            let k = self.fast_run();
+            Ripe {
+                slow: self.above >= k,
+                quick: self.below >= k,
+            }
+        } else {
+            Ripe::default()
+        };
         let typical = self.reference.mean.exp();
         if latency > FAST_FACTOR * typical {
             if self.above == 0 {
@@ -1412,6 +1444,7 @@ impl Knee {
             self.above = self.above.saturating_add(1);
             self.below = 0;
             self.run.push(latency, n);
+            self.run_at = at;
         } else if latency < typical / FAST_FACTOR {
             if self.below == 0 {
                 self.run = Acc::default();
@@ -1419,6 +1452,7 @@ impl Knee {
             self.below = self.below.saturating_add(1);
             self.above = 0;
             self.run.push(latency, n);
+            self.run_at = at;
         } else {
             self.above = 0;
             self.below = 0;
@@ -1432,7 +1466,7 @@ impl Knee {
         let since = self.level_since;
         match self.phase {
             Phase::Startup => self.startup_round(at, round_over),
-            Phase::Cruise => self.cruise(at),
+            Phase::Cruise => self.cruise(at, ripe),
         }
         // A new round trip, unless a new level (or window) began one.
         if round_over && self.level_since == since && self.round_start != f64::INFINITY {
@@ -1628,24 +1662,23 @@ impl Knee {
 
     /// After each answer in Cruise: fast checks on the latest answers, then the
     /// window's.
-    fn cruise(&mut self, at: f64) {
+    fn cruise(&mut self, at: f64, ripe: Ripe) {
         let testing = self.cruising().verify.is_some()
             || self.cruising().base_probe.is_some()
             || self.remeasuring;
-        let run = self.fast_run();
-        if self.above >= run && !testing && self.run.mean_in_flight() <= 1.0 {
+        if ripe.slow && !testing && self.run.mean_in_flight() <= 1.0 {
             // One at a time, the host itself got slower.
             self.remeasure(at);
             return;
         }
-        if self.above >= run && !testing {
+        if ripe.slow && !testing {
             let run = self.run;
             if let Some(t) = Test::new(&run, &self.reference) {
                 self.cut(&run, &t, at);
                 return;
             }
         }
-        if self.below >= run && !testing {
+        if ripe.quick && !testing {
             self.remeasure(at);
             return;
         }
@@ -2601,6 +2634,43 @@ mod tests {
         k.reference.m2 = 0.0036 * 999.0;
         k.level = 1000.0;
         assert_eq!(k.fast_run(), FAST_RUN);
+    }
+
+    #[test]
+    fn a_run_is_judged_once_its_last_instant_is_over() {
+        // Settled at 8 workers × 100 ms, with a log-normal spread of σ 0.8
+        // (a run of 10 slow answers cuts at 8 in flight). Then, at one
+        // instant, 12 answers at three times the typical latency: a batch
+        // that hands over its slowest answers first. A quick answer later
+        // at the same instant breaks the run; if none comes, the run cuts
+        // at the next instant's answer.
+        let mut settled = Adaptive::default().knee();
+        let limits = run(&mut settled, 8.0, 0.1, 60, 0, 0.0);
+        assert_eq!(settled.phase, Phase::Cruise);
+        settled.reference = Acc {
+            n: 1000.0,
+            mean: 0.1f64.ln(),
+            m2: 0.64 * 999.0,
+            sum_latency: 1000.0 * 0.1 * (0.32f64).exp(),
+            sum_in_flight: 8000.0,
+        };
+        let level = limits[59];
+        assert_eq!(settled.fast_run(), 10);
+        let instant = settled.last_at + 0.5;
+        let batch = |k: &mut Knee, quick_last: bool| {
+            for _ in 0..12 {
+                k.on_sample(&at(0.3, level, instant));
+            }
+            if quick_last {
+                k.on_sample(&at(0.1, level, instant));
+            }
+            k.on_sample(&at(0.1, level, instant + 0.001));
+            k.throttle().concurrency()
+        };
+        let mut broken = settled.clone();
+        assert_eq!(batch(&mut broken, true), level);
+        let mut whole = settled.clone();
+        assert!(batch(&mut whole, false) < level);
     }
 
     #[test]
