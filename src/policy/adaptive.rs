@@ -68,7 +68,17 @@ policy_params! {
     ///   half window): merged when it agrees, replacing the reference when
     ///   it is three standard errors below (the host got faster), and, when
     ///   it is above, half of that again tells a slower host from a smaller
-    ///   one unless its latency alone tells (see *verify*).
+    ///   one unless its latency alone tells (see *verify*). A window above
+    ///   the reference whose log latencies are also more spread than any
+    ///   queue makes them replaces the reference instead of cutting: the
+    ///   reference missed a tail the window holds (Startup's short rounds on
+    ///   a Pareto host kept a log spread of 0.3 where the host's is 0.6,
+    ///   and every whole window after read as a queue). A queue that moves
+    ///   the mean of log latency by `d` adds at most `d²` to its variance,
+    ///   and mostly narrows it; the excess is tested at three standard
+    ///   errors, each variance's taken at a kurtosis of 9 (an exponential,
+    ///   the log of a Pareto tail), so a normal's spread needs a larger
+    ///   excess than the test could see.
     /// - **Startup.** From `initial_concurrency`, the level grows each round
     ///   trip whose window is clean and in use: it doubles up to 8, grows by
     ///   8 up to 32, then by a quarter (RFC 3742's limited slow start, with
@@ -461,6 +471,8 @@ const MIN_WINDOW: f64 = 4.0;
 /// The fewest answers in the reference before a window may cut the level:
 /// below, windows that show no queue add to the reference instead.
 const MIN_REFERENCE: f64 = 8.0;
+/// The kurtosis at which a variance's standard error is taken.
+const SPREAD_KURTOSIS: f64 = 9.0;
 
 /// The upper tail of the standard normal distribution, `P(Z > z)`
 /// (Abramowitz and Stegun 7.1.26, within 1.5e-7).
@@ -1750,7 +1762,9 @@ impl Knee {
             // A queue beyond doubt before the window is whole (its slowest
             // answers, still out, would only add to it).
             let (c, _) = self.capacity(&self.window, &test);
-            if self.window.mean_in_flight() - c >= Q_MIN {
+            if self.window.mean_in_flight() - c >= Q_MIN
+                && !self.wider_than_any_queue(&self.window, &test)
+            {
                 let window = self.window;
                 self.cut(&window, &test, at);
                 return;
@@ -1788,8 +1802,9 @@ impl Knee {
         }
         if self.provisional {
             self.provisional = false;
-            if !test.above(Z_REBASE) {
-                // Below the knee, and long: the no-load latency, unbiased.
+            if !test.above(Z_REBASE) || self.wider_than_any_queue(&self.window, &test) {
+                // Below the knee (or more spread than a queue makes it),
+                // and long: the no-load latency, unbiased.
                 self.reference = self.window;
                 self.reset_window(at);
                 return;
@@ -1842,6 +1857,11 @@ impl Knee {
             if bound {
                 self.raise(at);
             }
+            return;
+        }
+        if test.above(Z_CUT) && self.wider_than_any_queue(&self.window, &test) {
+            // The reference missed the tail this whole window holds.
+            self.rebase(self.window, at);
             return;
         }
         if test.above(Z_CUT) {
@@ -1926,6 +1946,26 @@ impl Knee {
         // Below one request in flight there is no queue of ours to cut.
         let level = (c - headroom).max(self.level / 2.0).max(1.0);
         self.set_level(level.min(self.level), at);
+    }
+
+    /// The window is more spread than any queue makes it: the reference
+    /// missed a tail the window holds (Startup's rounds, or a window that
+    /// closed before its slowest answers came). A queue that moves the
+    /// mean of log latency by `d` adds at most `d²` to its variance (its
+    /// waits, in log, lie between none and about twice their mean), and
+    /// usually narrows it (a wait added to every answer compresses a
+    /// tail, in log). The excess is tested at [`Z_EXIT`] standard errors,
+    /// each variance's error taken at a kurtosis of 9 (the log of a Pareto
+    /// tail, an exponential; a normal's is 3).
+    fn wider_than_any_queue(&self, w: &Acc, test: &Test) -> bool {
+        let r = &self.reference;
+        if w.n < 2.0 * MIN_WINDOW || r.n < MIN_REFERENCE {
+            return false;
+        }
+        let (vw, vr) = (w.m2 / (w.n - 1.0), r.m2 / (r.n - 1.0));
+        let se =
+            (SPREAD_KURTOSIS - 1.0).sqrt() * (vw * vw / (w.n - 1.0) + vr * vr / (r.n - 1.0)).sqrt();
+        vw - vr - test.d * test.d > Z_EXIT * se
     }
 
     /// Decides a cut under test on the window at the lower level.
@@ -2671,6 +2711,54 @@ mod tests {
         assert_eq!(batch(&mut broken, true), level);
         let mut whole = settled.clone();
         assert!(batch(&mut whole, false) < level);
+    }
+
+    #[test]
+    fn a_window_wider_than_any_queue_shows_a_reference_that_missed_its_tail() {
+        use crate::rng::next_unit;
+        let mut seed = 7u64;
+        // Pareto α 1.5 at 10 ms: the log of each answer is exponential.
+        let mut pareto = || 0.01 * next_unit(&mut seed).max(1e-12).powf(-1.0 / 1.5);
+        let (mut whole, mut missed) = (Acc::default(), Acc::default());
+        for _ in 0..2000 {
+            let latency = pareto();
+            whole.push(latency, 100.0);
+            // A round that ends before the slow answers come.
+            if latency < 0.025 {
+                missed.push(latency, 100.0);
+            }
+        }
+        let mut k = Adaptive::default().knee();
+        k.reference = missed;
+        let test = Test::new(&whole, &missed).unwrap();
+        assert!(test.above(Z_EXIT), "{test:?}");
+        assert!(k.wider_than_any_queue(&whole, &test));
+        // The same host with a queue: a wait of 3 ms added to every answer,
+        // against a whole reference. The mean test sees it; the spread is
+        // narrower.
+        let mut queued = Acc::default();
+        for _ in 0..2000 {
+            queued.push(pareto() + 0.003, 100.0);
+        }
+        k.reference = whole;
+        let test = Test::new(&queued, &whole).unwrap();
+        assert!(test.above(Z_EXIT), "{test:?}");
+        assert!(!k.wider_than_any_queue(&queued, &test));
+        // A steady host (100 ms ± 10 %) whose queue makes waits of 0 to
+        // 25 ms: wider, but by less than a queue can make it.
+        let mut unit = || next_unit(&mut seed);
+        let (mut steady, mut waits) = (Acc::default(), Acc::default());
+        for _ in 0..2000 {
+            steady.push(0.1 * (0.9 + 0.2 * unit()), 8.0);
+        }
+        for _ in 0..600 {
+            waits.push(0.1 * (0.9 + 0.2 * unit()) + 0.025 * unit(), 9.0);
+        }
+        k.reference = steady;
+        let test = Test::new(&waits, &steady).unwrap();
+        assert!(test.above(Z_EXIT), "{test:?}");
+        assert!(waits.m2 / (waits.n - 1.0) > steady.m2 / (steady.n - 1.0));
+        assert!(!k.wider_than_any_queue(&waits, &test));
     }
 
     #[test]
