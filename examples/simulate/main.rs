@@ -99,6 +99,7 @@
 //! | `bdp` | 256 workers, 1 s ± 10 % | 40 000, 4 096 tasks |
 //! | `tiny-400` | 400 hosts × 1 worker × 200 ms, one task per request | 400 × 25 |
 //! | `three-hosts` | 2 × 500 ms, 32 × 10 ms, 8 × 50 ms, one task per request | 120, 32 000, 4 800 |
+//! | `drop-large` | 256 workers, 100 ms; 64 from 10 s to 25 s; 1 024 tasks | 60 000 |
 //!
 //! Two runs with the same seed print the same scoreboard, whatever
 //! `--jobs`.

@@ -521,6 +521,19 @@ pub fn scenarios() -> Vec<Scenario> {
                 Host::new("w8-50ms", Model::queue(8, uniform(50)), 4800),
             ],
         },
+        Scenario {
+            name: "drop-large",
+            about: "256 workers, 100 ms ± 10 %; 64 workers from 10 s to 25 s; 1 024 tasks",
+            hosts: vec![Host::new(
+                "drop-large",
+                Model::queue(256, uniform(100)).with_changes(vec![
+                    (secs(10), Change::Workers(64)),
+                    (secs(25), Change::Workers(256)),
+                ]),
+                60_000,
+            )
+            .pool(1024)],
+        },
     ]
 }
 
