@@ -555,6 +555,11 @@ impl Acc {
         self.sum_latency / self.n
     }
 
+    /// The sample variance of `ln(latency)`.
+    fn variance(&self) -> f64 {
+        self.m2 / (self.n - 1.0)
+    }
+
     fn mean_in_flight(&self) -> f64 {
         self.sum_in_flight / self.n
     }
@@ -1177,7 +1182,7 @@ impl Knee {
         if r.n < 2.0 {
             return 0.0;
         }
-        (r.m2 / (r.n - 1.0)).max(0.0).sqrt()
+        r.variance().max(0.0).sqrt()
     }
 
     /// Answers in a row beyond [`FAST_FACTOR`] that noise alone makes less
@@ -1962,7 +1967,7 @@ impl Knee {
         if w.n < 2.0 * MIN_WINDOW || r.n < MIN_REFERENCE {
             return false;
         }
-        let (vw, vr) = (w.m2 / (w.n - 1.0), r.m2 / (r.n - 1.0));
+        let (vw, vr) = (w.variance(), r.variance());
         let se =
             (SPREAD_KURTOSIS - 1.0).sqrt() * (vw * vw / (w.n - 1.0) + vr * vr / (r.n - 1.0)).sqrt();
         vw - vr - test.d * test.d > Z_EXIT * se
@@ -2648,6 +2653,18 @@ mod tests {
         }
     }
 
+    /// A reference of 1 000 answers at 8 in flight, log-normal around
+    /// 100 ms with a spread σ of 0.8.
+    fn lognormal_reference() -> Acc {
+        Acc {
+            n: 1000.0,
+            mean: 0.1f64.ln(),
+            m2: 0.64 * 999.0,
+            sum_latency: 1000.0 * 0.1 * (0.32f64).exp(),
+            sum_in_flight: 8000.0,
+        }
+    }
+
     #[test]
     fn a_run_that_cuts_at_once_is_as_rare_in_time_at_any_level() {
         // A reference of log-normal spread σ 0.8: an answer is above twice
@@ -2656,13 +2673,7 @@ mod tests {
         // chance, taken at each of a round trip's `level` answers, is below
         // one in a million round trips.
         let mut k = Adaptive::default().knee();
-        k.reference = Acc {
-            n: 1000.0,
-            mean: 0.1f64.ln(),
-            m2: 0.64 * 999.0,
-            sum_latency: 1000.0 * 0.1 * (0.32f64).exp(),
-            sum_in_flight: 8000.0,
-        };
+        k.reference = lognormal_reference();
         let p: f64 = 0.1932;
         for (level, run) in [(1.0, 9), (8.0, 10), (64.0, 11), (1000.0, 13)] {
             k.level = level;
@@ -2687,13 +2698,7 @@ mod tests {
         let mut settled = Adaptive::default().knee();
         let limits = run(&mut settled, 8.0, 0.1, 60, 0, 0.0);
         assert_eq!(settled.phase, Phase::Cruise);
-        settled.reference = Acc {
-            n: 1000.0,
-            mean: 0.1f64.ln(),
-            m2: 0.64 * 999.0,
-            sum_latency: 1000.0 * 0.1 * (0.32f64).exp(),
-            sum_in_flight: 8000.0,
-        };
+        settled.reference = lognormal_reference();
         let level = limits[59];
         assert_eq!(settled.fast_run(), 10);
         let instant = settled.last_at + 0.5;
@@ -2757,7 +2762,7 @@ mod tests {
         k.reference = steady;
         let test = Test::new(&waits, &steady).unwrap();
         assert!(test.above(Z_EXIT), "{test:?}");
-        assert!(waits.m2 / (waits.n - 1.0) > steady.m2 / (steady.n - 1.0));
+        assert!(waits.variance() > steady.variance());
         assert!(!k.wider_than_any_queue(&waits, &test));
     }
 
