@@ -118,10 +118,13 @@ policy_params! {
     ///   to 32 windows (doubling after each probe that finds a queue), and a
     ///   clean probe forgets the knee (the host grew).
     /// - **Large changes.** Answers in a row above twice the reference's
-    ///   typical latency cut at once; answers in a row below half of it (or
-    ///   above twice it, one request at a time) open a fresh window at
-    ///   once, of at least 16 answers, and that window, judged whole,
-    ///   replaces the reference if it differs (the run itself is chosen by
+    ///   typical latency cut at once, unless no queue of ours explains
+    ///   them (see *Cut, then verify*: a latency up tenfold at 8 in
+    ///   flight). Those, and answers in a row below half of it (or above
+    ///   twice it, one request at a time), open a fresh window at the
+    ///   level, of at least 16 answers, and that window, judged whole,
+    ///   replaces the reference if it differs, or if no queue of ours
+    ///   explains it either (the run itself is chosen by
     ///   its latency: taken as the reference, a run of noise would make the
     ///   next answers look like a queue). The run is long enough that noise
     ///   of the reference's spread makes one less than once in a million
@@ -144,8 +147,9 @@ policy_params! {
     ///   law predicts, a window at half that level tells: a queue's latency
     ///   halves with the level, a slower host's does not (the threshold is
     ///   halfway, `ln 2 / 2`). A slower host gets a new reference (both
-    ///   windows) and its level and knee back. The window at the lower
-    ///   level (or the re-measure at half the level) tells alone when no
+    ///   windows) and its level and knee back. Any window (at the level,
+    ///   at the lower level, or the re-measure at half the level) tells
+    ///   alone, and cuts nothing, when no
     ///   queue of ours explains its latency: a host serves at least one
     ///   request at a time, so with `n̄` in flight Little's law bounds the
     ///   mean latency by `n̄ · T₀`, and the mean of `ln(latency)` lies below
@@ -1759,7 +1763,14 @@ impl Knee {
         if ripe.slow && !testing {
             let run = self.run;
             if let Some(t) = Test::new(&run, &self.reference) {
-                self.cut(&run, &t, at);
+                if self.slower_than_any_queue(&run, &t) {
+                    // No queue of ours explains these latencies: the host
+                    // got slower, unless a whole window at this level says
+                    // otherwise (the run is chosen by its latency).
+                    self.remeasure(at);
+                } else {
+                    self.cut(&run, &t, at);
+                }
                 return;
             }
         }
@@ -1837,6 +1848,7 @@ impl Knee {
             let (c, _) = self.capacity(&self.window, &test);
             if self.window.mean_in_flight() - c >= Q_MIN
                 && !self.wider_than_any_queue(&self.window, &test)
+                && !self.slower_than_any_queue(&self.window, &test)
             {
                 let window = self.window;
                 self.cut(&window, &test, at);
@@ -1935,6 +1947,13 @@ impl Knee {
         if test.above(Z_CUT) && self.wider_than_any_queue(&self.window, &test) {
             // The reference missed the tail this whole window holds.
             self.rebase(self.window, at);
+            return;
+        }
+        if test.above(Z_CUT) && self.slower_than_any_queue(&self.window, &test) {
+            // No queue of ours explains this window's latency: the host got
+            // slower, at the same level and knee.
+            let (level, knee) = (self.level, self.cruising().knee);
+            self.slower(level, knee, at);
             return;
         }
         if test.above(Z_CUT) {
@@ -2973,6 +2992,31 @@ mod tests {
             back.is_some_and(|r| r <= 12),
             "back at 8 after {back:?} rounds"
         );
+        let base = k.reference.mean_latency();
+        assert!((0.95..1.05).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn a_run_slower_than_any_queue_of_ours_cuts_nothing() {
+        // 8 workers at 100 ms, then at 1 s, answers a round trip at a time:
+        // the first run of slow answers, at 8 in flight, is above the 0.8 s
+        // that any queue of ours could make, so the level stays, and a
+        // whole window at it becomes the reference (before: cut to 4, back
+        // at 8 after 7 round trips of a second).
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
+        assert_eq!(limits[59], 8);
+        let mut now = k.last_at;
+        for round in 0..6 {
+            now += 1.0;
+            for i in 0..8 {
+                let latency = 1.0 + 0.01 * (i % 3) as f64;
+                let sample = Sample::from_secs_f64(latency, StatusCode::OK);
+                k.on_sample(&sample.with_in_flight(8).with_at(now));
+            }
+            let limit = k.throttle().concurrency();
+            assert_eq!(limit, 8, "cut to {limit} after {} rounds", round + 1);
+        }
         let base = k.reference.mean_latency();
         assert!((0.95..1.05).contains(&base), "{base}");
     }
