@@ -146,7 +146,10 @@ policy_params! {
     ///   the lower level stays where it was instead of falling as Little's
     ///   law predicts, a window at half that level tells: a queue's latency
     ///   halves with the level, a slower host's does not (the threshold is
-    ///   halfway, `ln 2 / 2`). A slower host gets a new reference (both
+    ///   halfway, `ln 2 / 2`; a fall beyond the noise is a queue too, when
+    ///   the window at the lower level held one of half a request or more:
+    ///   a level a few per cent above the knee holds a queue that is a few
+    ///   per cent of its latency). A slower host gets a new reference (both
     ///   windows) and its level and knee back. Any window (at the level,
     ///   at the lower level, or the re-measure at half the level) tells
     ///   alone, and cuts nothing, when no
@@ -2086,8 +2089,21 @@ impl Knee {
             self.cruising_mut().verify = None;
             // Halving the level halves a queue's latency (down to the
             // no-load one) and leaves a slower host's as it was: the
-            // likelier of the two, with the threshold halfway.
-            let fell = !v.more && self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0;
+            // likelier of the two, with the threshold halfway. A queue
+            // that is a small share of the latency (a level a few per cent
+            // above the knee) falls by that share only, less than halfway:
+            // a fall beyond the noise (two standard errors), where
+            // `candidate` held a queue of half a request or more, is one
+            // too. (Taken for a slower host, it gave the level back, and
+            // the same cut came round every few round trips.)
+            let queued = Test::new(&candidate, &self.reference).is_some_and(|t| {
+                let (c, _) = self.capacity(&candidate, &t);
+                candidate.mean_in_flight() - c >= Q_MIN
+            });
+            let fell = !v.more
+                && (self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0
+                    || queued
+                        && Test::new(&self.window, &candidate).is_some_and(|t| t.below(Z_CUT)));
             if fell {
                 if let Some(t) = Test::new(&candidate, &self.reference) {
                     self.cut(&candidate, &t, at);
@@ -3019,6 +3035,71 @@ mod tests {
         }
         let base = k.reference.mean_latency();
         assert!((0.95..1.05).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn a_latency_that_falls_with_the_level_was_a_queue() {
+        // 256 workers at 100 ms ± 1 %. A cut from 284 left 266 in flight,
+        // still 4 % slow (a queue of 10), and as drift would; the window at
+        // half of that is back at the reference. The fall is a twenty-fifth
+        // of the halving a latency that is all queue would show, but far
+        // beyond the noise: a queue, cut from the window at 266, not a
+        // slower host given its level of 284 back (which, on the
+        // simulator's drop-large, went round the same cut every 0.75 s).
+        let jitter = |i: u32| 1.0 + 0.01 * f64::from(i % 3);
+        let (mut reference, mut candidate, mut half) =
+            (Acc::default(), Acc::default(), Acc::default());
+        for i in 0..2000 {
+            reference.push(0.1 * jitter(i), 256.0);
+        }
+        for i in 0..266 {
+            candidate.push(0.104 * jitter(i), 266.0);
+            half.push(0.1 * jitter(i), 133.0);
+        }
+        let mut k = Adaptive::default().knee();
+        k.phase = Phase::Cruise;
+        k.reference = reference;
+        k.level = 133.0;
+        k.window = half;
+        k.counted = 266;
+        k.in_flight = 1;
+        let v = Verify {
+            trigger: candidate,
+            level: 284.0,
+            knee: 256.0,
+            deeper: Some(candidate),
+            more: false,
+        };
+        k.verify(v, 100.0);
+        assert!(k.level <= 133.0, "level {}", k.level);
+        assert!(
+            (k.reference.mean - reference.mean).abs() < 1e-9,
+            "the reference moved"
+        );
+        // A candidate with less than half a request queued (0.1 % slow at
+        // 266 in flight), and a window at half that is quicker than both:
+        // a fall, but no queue to cut; the level comes back.
+        let (mut quick, mut quicker) = (Acc::default(), Acc::default());
+        for i in 0..266 {
+            quick.push(0.1001 * jitter(i), 266.0);
+            quicker.push(0.0995 * jitter(i), 133.0);
+        }
+        let mut k = Adaptive::default().knee();
+        k.phase = Phase::Cruise;
+        k.reference = reference;
+        k.level = 133.0;
+        k.window = quicker;
+        k.counted = 266;
+        k.in_flight = 1;
+        k.verify(
+            Verify {
+                deeper: Some(quick),
+                trigger: quick,
+                ..v
+            },
+            100.0,
+        );
+        assert_eq!(k.level, 284.0);
     }
 
     #[test]
