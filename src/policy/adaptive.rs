@@ -147,9 +147,10 @@ policy_params! {
     ///   law predicts, a window at half that level tells: a queue's latency
     ///   halves with the level, a slower host's does not (the threshold is
     ///   halfway, `ln 2 / 2`; a fall beyond the noise is a queue too, when
-    ///   the window at the lower level held one of half a request or more:
-    ///   a level a few per cent above the knee holds a queue that is a few
-    ///   per cent of its latency). A slower host gets a new reference (both
+    ///   the window at the lower level held one beyond doubt, at five
+    ///   standard errors and half a request or more: a level a few per
+    ///   cent above the knee holds a queue that is a few per cent of its
+    ///   latency). A slower host gets a new reference (both
     ///   windows) and its level and knee back. Any window (at the level,
     ///   at the lower level, or the re-measure at half the level) tells
     ///   alone, and cuts nothing, when no
@@ -2093,12 +2094,15 @@ impl Knee {
             // that is a small share of the latency (a level a few per cent
             // above the knee) falls by that share only, less than halfway:
             // a fall beyond the noise (two standard errors), where
-            // `candidate` held a queue of half a request or more, is one
-            // too. (Taken for a slower host, it gave the level back, and
-            // the same cut came round every few round trips.)
+            // `candidate` held a queue beyond doubt (five standard errors,
+            // and half a request or more), is one too. (Taken for a slower
+            // host, it gave the level back, and the same cut came round
+            // every few round trips. A `candidate` less sure than that was
+            // chosen for being slow, and the window after it is quicker by
+            // regression alone.)
             let queued = Test::new(&candidate, &self.reference).is_some_and(|t| {
                 let (c, _) = self.capacity(&candidate, &t);
-                candidate.mean_in_flight() - c >= Q_MIN
+                t.above(Z_SURE) && candidate.mean_in_flight() - c >= Q_MIN
             });
             let fell = !v.more
                 && (self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0
@@ -3100,6 +3104,45 @@ mod tests {
             100.0,
         );
         assert_eq!(k.level, 284.0);
+        // Noisy answers (a log spread of 0.3): a window at 32 in flight
+        // that came out 3 standard errors above the reference (which is
+        // how it came to be tested) and one at half of it back at the
+        // reference. The fall is beyond the noise, but so is the regression
+        // of a window chosen for being slow: without a queue beyond doubt
+        // (five standard errors) the fall tells nothing, and the level
+        // comes back.
+        let spread = [-1.34, -0.45, 0.45, 1.34].map(|z| 0.3 * z);
+        let noisy = |i: usize, shift: f64| (0.1_f64.ln() + shift + spread[i % 4]).exp();
+        let (mut reference, mut slow, mut back) = (Acc::default(), Acc::default(), Acc::default());
+        for i in 0..2000 {
+            reference.push(noisy(i, 0.0), 32.0);
+        }
+        for i in 0..64 {
+            slow.push(noisy(i, 0.12), 32.0);
+        }
+        for i in 0..128 {
+            back.push(noisy(i, 0.0), 16.0);
+        }
+        let test = Test::new(&slow, &reference).unwrap();
+        assert!(test.above(Z_EXIT) && !test.above(Z_SURE), "{test:?}");
+        let mut k = Adaptive::default().knee();
+        k.phase = Phase::Cruise;
+        k.reference = reference;
+        k.level = 16.0;
+        k.window = back;
+        k.counted = 128;
+        k.in_flight = 1;
+        k.verify(
+            Verify {
+                trigger: slow,
+                level: 63.0,
+                knee: 64.0,
+                deeper: Some(slow),
+                more: false,
+            },
+            100.0,
+        );
+        assert_eq!(k.level, 63.0);
     }
 
     #[test]
