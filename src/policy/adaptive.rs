@@ -221,10 +221,9 @@ policy_params! {
     ///   overloads, at least 1): only the requests already out are refused
     ///   until the event; a random error holds nothing. At a rate, a
     ///   refusal sent after an event with no success since is an event of
-    ///   its own, to the rate since the episode's
-    ///   first refusal (`1 / t`, about half): from thousands of requests a
-    ///   second to a rate limit of 20, one refusal a halving instead of
-    ///   five. And two intervals between refusals at one rate that passed
+    ///   its own, to the rate since the episode's first refusal (`1 / t`,
+    ///   about half): from thousands of requests a second to a rate limit
+    ///   of 20, one refusal a halving instead of five. And two intervals between refusals at one rate that passed
     ///   the same count within one are a token bucket's clockwork, not
     ///   noise (see `periodic`): the level goes to the rate they passed.
     /// - **Token buckets.** Many servers that send `Retry-After` ration
@@ -2100,8 +2099,9 @@ impl Knee {
             // every few round trips. A `candidate` less sure than that was
             // chosen for being slow, and the window after it is quicker by
             // regression alone.)
-            let queued = Test::new(&candidate, &self.reference).is_some_and(|t| {
-                let (c, _) = self.capacity(&candidate, &t);
+            let against = Test::new(&candidate, &self.reference);
+            let queued = against.as_ref().is_some_and(|t| {
+                let (c, _) = self.capacity(&candidate, t);
                 t.above(Z_SURE) && candidate.mean_in_flight() - c >= Q_MIN
             });
             let fell = !v.more
@@ -2109,7 +2109,7 @@ impl Knee {
                     || queued
                         && Test::new(&self.window, &candidate).is_some_and(|t| t.below(Z_CUT)));
             if fell {
-                if let Some(t) = Test::new(&candidate, &self.reference) {
+                if let Some(t) = against {
                     self.cut(&candidate, &t, at);
                 }
             } else {
@@ -2585,10 +2585,10 @@ impl Knee {
         // (Refused again at a rate: to the rate since the episode's first
         // refusal, `1 / t` with nothing passed, about half the last one,
         // as each spacing was refused after the one before.)
-        let level = match self.episode_level(at) {
-            Some(e) if again && pause == 0.0 => e.min(level),
-            _ => level,
-        };
+        let again_at = (again && pause == 0.0)
+            .then(|| self.episode_level(at))
+            .flatten();
+        let level = again_at.map_or(level, |e| e.min(level));
         if bucket.is_some() {
             // The bucket's rate says what the answers still out would.
             self.events_mut().batch = None;
@@ -2982,6 +2982,16 @@ mod tests {
         assert!((0.009..0.012).contains(&base), "{base}");
     }
 
+    /// The answers to `limit` requests sent a round trip ago, all at `now`,
+    /// at `latency` and up to 2 % above it.
+    fn round_trip(k: &mut Knee, latency: f64, limit: usize, now: f64) {
+        for i in 0..limit {
+            let sample =
+                Sample::from_secs_f64(latency * (1.0 + 0.01 * (i % 3) as f64), StatusCode::OK);
+            k.on_sample(&sample.with_in_flight(limit).with_at(now));
+        }
+    }
+
     #[test]
     fn a_host_ten_times_slower_gets_its_level_back_without_a_window_at_half() {
         // 8 workers at 100 ms, then at 1 s: at half the level (or at a cut
@@ -2998,11 +3008,7 @@ mod tests {
             lowest = lowest.min(limit);
             let latency = 1.0 * (limit as f64 / 8.0).max(1.0);
             now += latency;
-            for i in 0..limit {
-                let sample =
-                    Sample::from_secs_f64(latency * (1.0 + 0.01 * (i % 3) as f64), StatusCode::OK);
-                k.on_sample(&sample.with_in_flight(limit).with_at(now));
-            }
+            round_trip(&mut k, latency, limit, now);
             if back.is_none() && round > 0 && k.throttle().concurrency() >= 8 {
                 back = Some(round);
             }
@@ -3029,11 +3035,7 @@ mod tests {
         let mut now = k.last_at;
         for round in 0..6 {
             now += 1.0;
-            for i in 0..8 {
-                let latency = 1.0 + 0.01 * (i % 3) as f64;
-                let sample = Sample::from_secs_f64(latency, StatusCode::OK);
-                k.on_sample(&sample.with_in_flight(8).with_at(now));
-            }
+            round_trip(&mut k, 1.0, 8, now);
             let limit = k.throttle().concurrency();
             assert_eq!(limit, 8, "cut to {limit} after {} rounds", round + 1);
         }
