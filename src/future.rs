@@ -19,7 +19,7 @@ use crate::error::BoxError;
 use crate::fleet::Lease;
 use crate::key::{BoxFuture, SlotKey};
 use crate::shared::{Shared, Start};
-use crate::slot::gate::{Permit, Waiting};
+use crate::slot::gate::{Joined, Permit, Waiting};
 
 pin_project! {
     /// The future returned by [`AutoThrottle`](crate::AutoThrottle).
@@ -93,6 +93,10 @@ enum Stage {
         waiting: Waiting,
         pending: Option<OwnedSemaphorePermit>,
     },
+    // Admitted by the slot, not yet asked the fleet.
+    Admitted {
+        permit: Option<Permit>,
+    },
     // Admitted by the slot, waiting for the fleet's reservation.
     Reserving {
         reserving: BoxFuture<Option<Lease>>,
@@ -112,12 +116,25 @@ impl<S, Req> Before<S, Req> {
             match &mut self.stage {
                 Stage::Resolving { resolving, pending } => {
                     let key = ready!(resolving.as_mut().poll(cx));
-                    let waiting = shared.enqueue(key);
                     let pending = pending.take();
-                    self.stage = Stage::Waiting { waiting, pending };
+                    self.stage = match shared.enqueue(key) {
+                        Joined::Admitted(mut permit, _) => {
+                            permit.set_pending(pending);
+                            Stage::Admitted {
+                                permit: Some(permit),
+                            }
+                        }
+                        Joined::Queued(waiting) => Stage::Waiting { waiting, pending },
+                    };
                 }
                 Stage::Waiting { waiting, pending } => {
                     let permit = ready!(waiting.poll_admit(cx, pending));
+                    self.stage = Stage::Admitted {
+                        permit: Some(permit),
+                    };
+                }
+                Stage::Admitted { permit } => {
+                    let permit = permit.take().expect("the permit is taken only here");
                     tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
                     match shared.reserve(&permit) {
                         Some(reserving) => {
@@ -155,7 +172,7 @@ where
         start: Start,
         service: &mut S,
         request: Req,
-        mut pending: Option<OwnedSemaphorePermit>,
+        pending: Option<OwnedSemaphorePermit>,
         shared: Arc<Shared>,
         adjust: bool,
         span: tracing::Span,
@@ -171,40 +188,43 @@ where
             Start::Resolving(resolving) => {
                 before(Stage::Resolving { resolving, pending }, service, request)
             }
+            Start::Queued(waiting) => before(Stage::Waiting { waiting, pending }, service, request),
             // A fleet reserves after admission: the longer way.
-            Start::Queued(waiting) if shared.config.coordinator.is_some() => {
-                before(Stage::Waiting { waiting, pending }, service, request)
+            Start::Admitted(mut permit, _) if shared.config.coordinator.is_some() => {
+                permit.set_pending(pending);
+                let stage = Stage::Admitted {
+                    permit: Some(permit),
+                };
+                before(stage, service, request)
             }
-            Start::Queued(mut waiting) => match waiting.take_admitted(&mut pending) {
-                None => before(Stage::Waiting { waiting, pending }, service, request),
-                Some((mut permit, admitted)) => {
-                    let _entered = span.enter();
-                    tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
-                    // Asked without a waker: when it is not ready, the
-                    // future asks a clone again, with the task's own.
-                    let mut cx = Context::from_waker(Waker::noop());
-                    match service.poll_ready(&mut cx) {
-                        Poll::Ready(Ok(())) => State::Calling {
-                            future: service.call(request),
+            Start::Admitted(mut permit, admitted) => {
+                permit.set_pending(pending);
+                let _entered = span.enter();
+                tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
+                // Asked without a waker: when it is not ready, the
+                // future asks a clone again, with the task's own.
+                let mut cx = Context::from_waker(Waker::noop());
+                match service.poll_ready(&mut cx) {
+                    Poll::Ready(Ok(())) => State::Calling {
+                        future: service.call(request),
+                        permit: Some(permit),
+                        started: admitted,
+                    },
+                    Poll::Ready(Err(error)) => State::Failed {
+                        error: Some(shared.fail_readiness(&mut permit, error, adjust)),
+                    },
+                    Poll::Pending => {
+                        // Whatever it reserved while pending goes
+                        // with it; the service keeps a fresh clone.
+                        let fresh = service.clone();
+                        drop(std::mem::replace(service, fresh));
+                        let stage = Stage::Ready {
                             permit: Some(permit),
-                            started: admitted,
-                        },
-                        Poll::Ready(Err(error)) => State::Failed {
-                            error: Some(shared.fail_readiness(&mut permit, error, adjust)),
-                        },
-                        Poll::Pending => {
-                            // Whatever it reserved while pending goes
-                            // with it; the service keeps a fresh clone.
-                            let fresh = service.clone();
-                            drop(std::mem::replace(service, fresh));
-                            let stage = Stage::Ready {
-                                permit: Some(permit),
-                            };
-                            before(stage, service, request)
-                        }
+                        };
+                        before(stage, service, request)
                     }
                 }
-            },
+            }
         };
         ResponseFuture {
             state,
@@ -320,6 +340,7 @@ where
             State::Before { before } => match &before.stage {
                 Stage::Resolving { .. } => "Resolving".to_owned(),
                 Stage::Waiting { waiting, .. } => format!("Waiting({waiting:?})"),
+                Stage::Admitted { .. } => "Admitted".to_owned(),
                 Stage::Reserving { .. } => "Reserving".to_owned(),
                 Stage::Ready { .. } => "Ready".to_owned(),
             },

@@ -12,7 +12,7 @@ use crate::error::ConfigError;
 use crate::key::SlotKey;
 use crate::place::Place;
 use crate::service::AutoThrottle;
-use crate::shared::{Shared, Start};
+use crate::shared::Shared;
 use crate::slot::{Learned, SlotSnapshot, Warm};
 
 /// Applies [`AutoThrottle`] to services.
@@ -204,7 +204,7 @@ impl AutoThrottleLayer {
     /// key function or strategy would choose.
     pub async fn acquire_key(&self, key: SlotKey) -> Place {
         Place::acquire(Arc::clone(&self.shared), true, |shared| {
-            Start::Queued(shared.enqueue(key))
+            shared.enqueue(key).into()
         })
         .await
     }

@@ -23,7 +23,7 @@ use crate::fleet::{Lease, Local};
 use crate::key::{self, BoxFuture, Choice, DnsCache, KeyStrategy, SlotKey};
 use crate::policy::Outcome;
 use crate::signals;
-use crate::slot::gate::{Permit, Waiting};
+use crate::slot::gate::{Joined, Permit, Waiting};
 use crate::slot::{Adjustment, Slot, SlotSnapshot, SlotTable};
 
 /// What a layer and its services share.
@@ -35,11 +35,22 @@ pub(crate) struct Shared {
     dns: Option<Arc<DnsCache>>,
 }
 
-/// How a request starts: in its slot's queue, or resolving the host that
-/// names its slot.
+/// How a request starts: admitted by its slot at once, in its slot's
+/// queue, or resolving the host that names its slot.
 pub(crate) enum Start {
+    /// Its place, and the instant it was admitted at.
+    Admitted(Permit, Instant),
     Queued(Waiting),
     Resolving(BoxFuture<SlotKey>),
+}
+
+impl From<Joined> for Start {
+    fn from(joined: Joined) -> Self {
+        match joined {
+            Joined::Admitted(permit, at) => Start::Admitted(permit, at),
+            Joined::Queued(waiting) => Start::Queued(waiting),
+        }
+    }
 }
 
 /// The slot a service's last request went to (see [`Shared::start`]). A
@@ -105,8 +116,9 @@ impl Shared {
         }
     }
 
-    /// Joins the back of `key`'s queue (creating the slot if needed).
-    pub(crate) fn enqueue(&self, key: SlotKey) -> Waiting {
+    /// Joins the back of `key`'s queue (creating the slot if needed), or
+    /// goes through at once.
+    pub(crate) fn enqueue(&self, key: SlotKey) -> Joined {
         self.table
             .with_slot(key, |slot| Waiting::enqueue(Arc::clone(slot)))
     }
@@ -123,6 +135,9 @@ impl Shared {
         };
         let start = self.start_keyed(parts);
         *recent = match &start {
+            Start::Admitted(permit, _) => Some(Recent {
+                slot: Arc::clone(permit.slot()),
+            }),
             Start::Queued(waiting) => waiting.slot().map(|slot| Recent {
                 slot: Arc::clone(slot),
             }),
@@ -165,7 +180,7 @@ impl Shared {
         if !same || !self.cacheable(extensions) {
             return None;
         }
-        Waiting::try_enqueue(Arc::clone(&memo.slot)).map(Start::Queued)
+        Waiting::try_enqueue(Arc::clone(&memo.slot)).map(Start::from)
     }
 
     fn start_keyed(&self, parts: &Parts) -> Start {
@@ -178,17 +193,17 @@ impl Shared {
             config.key_strategy,
             |choice| match choice {
                 // The common case: no allocation when the slot exists.
-                Choice::Text(text) => Start::Queued(
-                    self.table
-                        .with_slot_str(text, |slot| Waiting::enqueue(Arc::clone(slot))),
-                ),
-                Choice::Key(key) => Start::Queued(self.enqueue(key)),
+                Choice::Text(text) => self
+                    .table
+                    .with_slot_str(text, |slot| Waiting::enqueue(Arc::clone(slot)))
+                    .into(),
+                Choice::Key(key) => self.enqueue(key).into(),
                 Choice::Resolve { host, fallback } => match &self.dns {
                     Some(dns) => match dns.cached(&host, &fallback) {
-                        Some(key) => Start::Queued(self.enqueue(key)),
+                        Some(key) => self.enqueue(key).into(),
                         None => Start::Resolving(dns.key(host, fallback)),
                     },
-                    None => Start::Queued(self.enqueue(fallback)),
+                    None => self.enqueue(fallback).into(),
                 },
             },
         )
@@ -258,11 +273,20 @@ impl Shared {
         start: Start,
         mut pending: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Permit {
-        let mut waiting = match start {
-            Start::Queued(waiting) => waiting,
+        let joined = match start {
+            Start::Admitted(permit, at) => Joined::Admitted(permit, at),
+            Start::Queued(waiting) => Joined::Queued(waiting),
             Start::Resolving(key) => self.enqueue(key.await),
         };
-        let mut permit = std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await;
+        let mut permit = match joined {
+            Joined::Admitted(mut permit, _) => {
+                permit.set_pending(pending);
+                permit
+            }
+            Joined::Queued(mut waiting) => {
+                std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await
+            }
+        };
         if let Some(reserving) = self.reserve(&permit) {
             self.set_lease(&mut permit, reserving.await);
         }

@@ -27,6 +27,11 @@ pub(crate) struct Hints {
 }
 
 impl Hints {
+    /// Whether the response gave no hint at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.retry_after.is_none() && self.rate_limit.is_none()
+    }
+
     /// The pause the server asked for: `Retry-After`, else an exhausted
     /// `RateLimit` quota's reset.
     pub(crate) fn pause(&self) -> Option<Duration> {

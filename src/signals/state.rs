@@ -144,6 +144,19 @@ impl Signals {
         (delay, limit)
     }
 
+    /// Whether no server signal and no floor is in force or remembered
+    /// (nothing boxed yet): then [`effective`](Self::effective) is the
+    /// policy's answer alone, at any instant, and there is no pause.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.trouble.is_none()
+    }
+
+    /// What [`effective`](Self::effective) gives for `policy` on a quiet
+    /// slot (see [`is_quiet`](Self::is_quiet)).
+    pub(crate) fn effective_quiet(&self, policy: &Throttle) -> (Duration, usize) {
+        (policy.delay(), policy.concurrency().max(1))
+    }
+
     /// The smoothed spacing between the slot's dispatches, once there were
     /// two (a gap above 584 years counts as 584 years).
     fn interval(&self) -> Option<Duration> {

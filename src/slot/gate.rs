@@ -48,12 +48,15 @@ pub(crate) struct Waiting {
     slot: Option<Arc<Slot>>,
     /// The ticket in the slot's queue; `None` once admitted.
     ticket: Option<u64>,
-    /// Admitted when it joined (the queue was empty and the gate open): its
-    /// dispatch number and the instant it was admitted at, until
-    /// [`poll_admit`](Self::poll_admit) or
-    /// [`take_admitted`](Self::take_admitted) hands out the permit.
-    admitted: Option<(u64, Instant)>,
     sleep: Option<Pin<Box<Sleep>>>,
+}
+
+/// How a request joined its slot: admitted at once, or in the queue.
+pub(crate) enum Joined {
+    /// The queue was empty and the gate open: its place, and the instant it
+    /// was admitted at (the call's start).
+    Admitted(Permit, Instant),
+    Queued(Waiting),
 }
 
 /// An in-flight place in a slot (and, when the layer bounds pending
@@ -71,6 +74,7 @@ pub(crate) struct Permit {
     released: bool,
 }
 
+#[derive(Debug, PartialEq)]
 enum Decision {
     Admit,
     /// Not the head, or no place free: wait to be woken.
@@ -82,17 +86,17 @@ enum Decision {
 impl Waiting {
     /// Joins the back of the slot's queue, or, when nobody waits and the
     /// gate is open, goes through at once.
-    pub(crate) fn enqueue(slot: Arc<Slot>) -> Self {
+    pub(crate) fn enqueue(slot: Arc<Slot>) -> Joined {
         Self::join(slot, false).expect("only an evicted slot is refused")
     }
 
     /// [`enqueue`](Self::enqueue) into a slot held from before, unless it
     /// has been evicted from the table since (then `None`).
-    pub(crate) fn try_enqueue(slot: Arc<Slot>) -> Option<Self> {
+    pub(crate) fn try_enqueue(slot: Arc<Slot>) -> Option<Joined> {
         Self::join(slot, true)
     }
 
-    fn join(slot: Arc<Slot>, check_evicted: bool) -> Option<Self> {
+    fn join(slot: Arc<Slot>, check_evicted: bool) -> Option<Joined> {
         let now = Instant::now();
         let ticket = {
             let mut state = slot.lock();
@@ -104,49 +108,22 @@ impl Waiting {
                 state.last_used = now;
                 let seq = take_place(&mut state, now);
                 drop(state);
-                return Some(Waiting {
-                    slot: Some(slot),
-                    ticket: None,
-                    admitted: Some((seq, now)),
-                    sleep: None,
-                });
+                return Some(Joined::Admitted(Permit::new(slot, seq), now));
             }
             let ticket = state.waiters.push();
             state.last_used = now;
             ticket
         };
-        Some(Waiting {
+        Some(Joined::Queued(Waiting {
             slot: Some(slot),
             ticket: Some(ticket),
-            admitted: None,
             sleep: None,
-        })
+        }))
     }
 
     /// The slot it waits in, until admitted.
     pub(crate) fn slot(&self) -> Option<&Arc<Slot>> {
         self.slot.as_ref()
-    }
-
-    /// The place of a request admitted when it joined, and the instant of
-    /// its admission; `None` if it waits in the queue.
-    ///
-    /// `pending` is the global place held since `call`; it moves into the
-    /// returned permit.
-    pub(crate) fn take_admitted(
-        &mut self,
-        pending: &mut Option<OwnedSemaphorePermit>,
-    ) -> Option<(Permit, Instant)> {
-        let (seq, at) = self.admitted.take()?;
-        let slot = self.slot.take().expect("set with the admission");
-        let permit = Permit {
-            slot,
-            seq,
-            _pending: pending.take(),
-            lease: None,
-            released: false,
-        };
-        Some((permit, at))
     }
 
     /// Waits until the request is admitted, then returns its place.
@@ -158,9 +135,6 @@ impl Waiting {
         cx: &mut Context<'_>,
         pending: &mut Option<OwnedSemaphorePermit>,
     ) -> Poll<Permit> {
-        if let Some((permit, _)) = self.take_admitted(pending) {
-            return Poll::Ready(permit);
-        }
         let (Some(ticket), Some(slot)) = (self.ticket, self.slot.as_ref()) else {
             // Polled after admission: a bug in the caller, but not worth a
             // panic; it will never be admitted twice.
@@ -186,13 +160,9 @@ impl Waiting {
                         self.ticket = None;
                         self.sleep = None;
                         let slot = self.slot.take().expect("checked above");
-                        return Poll::Ready(Permit {
-                            slot,
-                            seq,
-                            _pending: pending.take(),
-                            lease: None,
-                            released: false,
-                        });
+                        let mut permit = Permit::new(slot, seq);
+                        permit.set_pending(pending.take());
+                        return Poll::Ready(permit);
                     }
                     Decision::Wait | Decision::WaitUntil(_) => {
                         if let Some(slot_waker) = state.waiters.get_mut(&ticket) {
@@ -240,7 +210,31 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
 }
 
 /// Whether the gate lets the head of the queue through now.
+///
+/// `now` is never before the slot's last dispatch (see
+/// [`SlotState::not_before_last_dispatch`]).
 fn open(state: &SlotState, now: Instant) -> Decision {
+    open_quiet(state).unwrap_or_else(|| open_spaced(state, now))
+}
+
+/// [`open`] in the common case, without the clock: a quiet slot (no pause,
+/// no cap, no floor: see [`Signals::is_quiet`](crate::signals::Signals))
+/// whose policy asks no delay holds a request only at its limit.
+fn open_quiet(state: &SlotState) -> Option<Decision> {
+    if !state.signals.is_quiet() || state.throttle.delay_secs() != 0.0 {
+        return None;
+    }
+    Some(
+        if (state.in_flight as usize) < state.throttle.concurrency().max(1) {
+            Decision::Admit
+        } else {
+            Decision::Wait
+        },
+    )
+}
+
+/// [`open`] in general.
+fn open_spaced(state: &SlotState, now: Instant) -> Decision {
     let (delay, limit) = state.signals.effective(&state.throttle, now);
     // A delay of `Duration::MAX` blocks the slot: nothing goes, not even a
     // first request, until it is lowered (which wakes the head).
@@ -265,13 +259,8 @@ fn open(state: &SlotState, now: Instant) -> Decision {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        // Admitted and its permit taken: nothing left here.
+        // Admitted: nothing left here.
         let Some(slot) = &self.slot else { return };
-        if self.admitted.is_some() {
-            // Admitted, but the permit was never taken: give the place back.
-            slot.release();
-            return;
-        }
         let Some(ticket) = self.ticket else { return };
         let wake = {
             let mut state = slot.lock();
@@ -290,6 +279,23 @@ impl Drop for Waiting {
 }
 
 impl Permit {
+    fn new(slot: Arc<Slot>, seq: u64) -> Self {
+        Permit {
+            slot,
+            seq,
+            _pending: None,
+            lease: None,
+            released: false,
+        }
+    }
+
+    /// Holds the global place held since `call` (see
+    /// [`max_pending`](crate::ConfigBuilder::max_pending)) until the permit
+    /// drops.
+    pub(crate) fn set_pending(&mut self, pending: Option<OwnedSemaphorePermit>) {
+        self._pending = pending;
+    }
+
     /// Ends the request in its slot: the outcome goes to the slot's signals
     /// and policy (told the fleet-wide in-flight count when a fleet shares
     /// the slot), and what the slot then allows is kept with the fleet's
@@ -410,6 +416,70 @@ mod tests {
         }
     }
 
+    /// No delay, a limit of its own.
+    #[derive(Debug)]
+    struct Limit(f64, usize);
+
+    impl Policy for Limit {
+        fn throttle(&self) -> Throttle {
+            Throttle::new(self.0, self.1)
+        }
+        fn on_sample(&mut self, _: &Sample) -> Throttle {
+            self.throttle()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_quiet_gate_decides_as_the_spaced_one() {
+        let now = Instant::now() + Duration::from_secs(1);
+        let mut quiet = 0;
+        for jitter in [0.0, 0.5] {
+            for limit in [0, 1, 2, 7, usize::MAX] {
+                for in_flight in [0u32, 1, 2, 6, 7, 8, u32::MAX] {
+                    for last in [None, Some(now), Some(now - Duration::from_millis(3))] {
+                        for delay in [0.0, -0.0, 1e-9, 0.25, f64::NAN] {
+                            let slot = Slot::new(
+                                SlotKey::new("a.example"),
+                                Box::new(Limit(delay, limit)),
+                                Signals::new(jitter, 7),
+                            );
+                            let mut state = slot.lock();
+                            state.in_flight = in_flight;
+                            state.last_dispatch = last;
+                            match open_quiet(&state) {
+                                Some(decision) => {
+                                    quiet += 1;
+                                    assert_eq!(
+                                        decision,
+                                        open_spaced(&state, now),
+                                        "limit {limit}, {in_flight} in flight, delay {delay}"
+                                    );
+                                }
+                                // Only a delay other than zero takes the
+                                // longer way on a quiet slot.
+                                None => assert!(delay != 0.0, "delay {delay}"),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(quiet, 2 * 5 * 7 * 3 * 2);
+        // A slot the server spoke to takes the longer way.
+        let slot = Slot::new(
+            SlotKey::new("a.example"),
+            Box::new(Limit(0.0, 8)),
+            Signals::new(0.0, 7),
+        );
+        let mut state = slot.lock();
+        state.signals.retry_after(now, Duration::from_secs(1));
+        assert_eq!(open_quiet(&state), None);
+        assert_eq!(
+            open_spaced(&state, now),
+            Decision::WaitUntil(now + Duration::from_secs(1))
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_dispatch_stamped_later_by_another_thread_does_not_hold_a_zero_delay_slot() {
         let slot = Arc::new(Slot::new(
@@ -421,8 +491,8 @@ mod tests {
         // first: the slot's last dispatch is later than this thread's `now`.
         let later = Instant::now() + Duration::from_micros(3);
         slot.lock().last_dispatch = Some(later);
-        let waiting = Waiting::enqueue(Arc::clone(&slot));
-        assert!(waiting.admitted.is_some(), "{waiting:?} waits");
+        let joined = Waiting::enqueue(Arc::clone(&slot));
+        assert!(matches!(joined, Joined::Admitted(..)), "it waits");
         let state = slot.lock();
         assert!(state.waiters.is_empty());
         assert_eq!(state.last_dispatch, Some(later));

@@ -193,10 +193,19 @@ impl Slot {
                     state.set_latency(Some(srtt));
                 }
             }
-            let before = (
-                state.signals.effective(&state.throttle, now),
-                state.signals.paused_until(),
-            );
+            // A quiet slot (the server never said anything, no floor) and a
+            // quiet answer (no hints) leave the signals as they are unless
+            // `on_outcome` makes them speak: then what the gate allows is a
+            // function of the policy's answer alone, and the comparison
+            // below needs nothing computed before.
+            let quiet = state.signals.is_quiet() && ended.hints.is_empty();
+            let throttle_before = state.throttle;
+            let before = (!quiet).then(|| {
+                (
+                    state.signals.effective(&state.throttle, now),
+                    state.signals.paused_until(),
+                )
+            });
             let owned = state.policy.owns_overload();
             let reaction = if ended.adjust {
                 state.signals.on_outcome(
@@ -233,7 +242,21 @@ impl Slot {
             }
             let sample = ended.adjust.then_some(sample);
             let (delay, limit) = state.signals.effective(&state.throttle, now);
-            let changed = before != ((delay, limit), state.signals.paused_until());
+            let changed = match before {
+                Some(before) => before != ((delay, limit), state.signals.paused_until()),
+                // Still quiet: the same answer allows the same.
+                None if state.signals.is_quiet() => {
+                    state.throttle != throttle_before
+                        && state.signals.effective_quiet(&throttle_before) != (delay, limit)
+                }
+                // `on_outcome` made the signals speak (an overload): before,
+                // they allowed what the policy's answer alone did, and no
+                // pause.
+                None => {
+                    (state.signals.effective_quiet(&throttle_before), None)
+                        != ((delay, limit), state.signals.paused_until())
+                }
+            };
             if ended.release {
                 // As `release` does, after the policy saw the count with
                 // this request in it.
@@ -401,7 +424,140 @@ impl SlotState {
 
 #[cfg(test)]
 mod tests {
-    use super::Waiters;
+    use std::sync::{Arc, Mutex as StdMutex};
+    use std::time::Duration;
+
+    use http::StatusCode;
+    use tokio::time::Instant;
+
+    use super::{Slot, Waiters};
+    use crate::policy::{Outcome, Policy, Sample, Throttle};
+    use crate::signals::{Ended, Hints, Signals};
+    use crate::SlotKey;
+
+    /// Answers from a script, one a sample.
+    #[derive(Debug)]
+    struct Script(Arc<StdMutex<Vec<Throttle>>>, Throttle);
+
+    impl Policy for Script {
+        fn throttle(&self) -> Throttle {
+            self.1
+        }
+        fn on_sample(&mut self, _: &Sample) -> Throttle {
+            if let Some(next) = self.0.lock().unwrap().pop() {
+                self.1 = next;
+            }
+            self.1
+        }
+    }
+
+    /// Whether a response changed what the gate allows is what `effective`
+    /// and the pause give before and after it, whichever way `on_end` takes
+    /// (a quiet slot's shorter one included).
+    #[tokio::test(start_paused = true)]
+    async fn a_response_changed_the_slot_when_what_it_allows_changed() {
+        let throttles = [
+            (0.0, 8),
+            (0.0, 8),
+            (0.0, 0),
+            (0.0, 1),
+            (-0.0, 1),
+            (1e-10, 1),
+            (0.1, 1),
+            (0.1, 1),
+            (0.1, usize::MAX),
+            (f64::NAN, usize::MAX),
+            (0.0, usize::MAX),
+            (0.0, 4),
+        ];
+        let ends: [(Option<StatusCode>, Outcome, bool); 6] = [
+            (Some(StatusCode::OK), Outcome::Success, false),
+            (Some(StatusCode::OK), Outcome::Success, true),
+            (None, Outcome::Ignore, false),
+            (
+                Some(StatusCode::SERVICE_UNAVAILABLE),
+                Outcome::Overload,
+                false,
+            ),
+            (Some(StatusCode::TOO_MANY_REQUESTS), Outcome::Overload, true),
+            (Some(StatusCode::OK), Outcome::Success, false),
+        ];
+        // Quiet slots first (no overload, no hint: the slot stays quiet),
+        // then loud ones.
+        let quiet = [
+            (Some(StatusCode::OK), Outcome::Success, false),
+            (None, Outcome::Ignore, false),
+        ];
+        let mut changes = 0;
+        for (first, ends) in (0..throttles.len())
+            .map(|first| (first, &quiet[..]))
+            .chain((0..ends.len()).map(|first| (first, &ends[..])))
+        {
+            let script = Arc::new(StdMutex::new(
+                throttles
+                    .iter()
+                    .cycle()
+                    .skip(first)
+                    .take(2 * throttles.len())
+                    .map(|&(d, c)| Throttle::new(d, c))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>(),
+            ));
+            let slot = Slot::new(
+                SlotKey::new("a.example"),
+                Box::new(Script(Arc::clone(&script), Throttle::new(0.0, 8))),
+                Signals::new(0.0, 3),
+            );
+            let start = Instant::now();
+            for step in 0..2 * throttles.len() {
+                let (status, outcome, retry) = ends[(first + step) % ends.len()];
+                let now = start + Duration::from_millis(10 * step as u64);
+                let before = {
+                    let state = slot.lock();
+                    (
+                        state.signals.effective(&state.throttle, now),
+                        state.signals.paused_until(),
+                    )
+                };
+                slot.lock().dispatched += 1;
+                let adjustment = slot.on_end(
+                    now,
+                    Ended {
+                        at: 0.01 * step as f64,
+                        latency: Duration::from_millis(5),
+                        status,
+                        outcome,
+                        seq: step as u64 + 1,
+                        hints: Hints {
+                            retry_after: retry.then_some(Duration::from_millis(15)),
+                            rate_limit: None,
+                        },
+                        adjust: step % 5 != 4,
+                        fleet_in_flight: None,
+                        release: false,
+                    },
+                );
+                let after = {
+                    let state = slot.lock();
+                    (
+                        state.signals.effective(&state.throttle, now),
+                        state.signals.paused_until(),
+                    )
+                };
+                assert_eq!(
+                    adjustment.changed,
+                    before != after,
+                    "step {step} from {first}"
+                );
+                assert_eq!((adjustment.delay, adjustment.limit), after.0);
+                changes += usize::from(adjustment.changed);
+            }
+        }
+        // Both answers came, on quiet slots and loud ones.
+        assert!(changes > 10, "{changes}");
+    }
 
     #[test]
     fn the_queue_holds_no_map_once_empty() {
