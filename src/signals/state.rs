@@ -240,7 +240,29 @@ impl Signals {
     /// and `dispatched` the slot's count of dispatches so far. With `owned`
     /// (a policy that reacts to overload itself), overloads are counted but
     /// set no backoff, and the policy sees each of them.
+    #[inline]
     pub(crate) fn on_outcome(
+        &mut self,
+        now: Instant,
+        outcome: Outcome,
+        seq: u64,
+        dispatched: u64,
+        policy: &Throttle,
+        owned: bool,
+    ) -> Reaction {
+        if outcome != Outcome::Overload && self.trouble.is_none() {
+            // The common case: nothing to react to, nothing to recover
+            // from.
+            return Reaction {
+                outcome,
+                changed: false,
+            };
+        }
+        self.react(now, outcome, seq, dispatched, policy, owned)
+    }
+
+    /// [`on_outcome`](Self::on_outcome) past its common case.
+    fn react(
         &mut self,
         now: Instant,
         outcome: Outcome,

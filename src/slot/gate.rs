@@ -213,6 +213,7 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
 ///
 /// `now` is never before the slot's last dispatch (see
 /// [`SlotState::not_before_last_dispatch`]).
+#[inline]
 fn open(state: &SlotState, now: Instant) -> Decision {
     open_quiet(state).unwrap_or_else(|| open_spaced(state, now))
 }
@@ -292,8 +293,11 @@ impl Permit {
     /// Holds the global place held since `call` (see
     /// [`max_pending`](crate::ConfigBuilder::max_pending)) until the permit
     /// drops.
+    #[inline]
     pub(crate) fn set_pending(&mut self, pending: Option<OwnedSemaphorePermit>) {
-        self._pending = pending;
+        if pending.is_some() {
+            self._pending = pending;
+        }
     }
 
     /// Ends the request in its slot: the outcome goes to the slot's signals

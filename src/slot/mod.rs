@@ -417,6 +417,7 @@ impl SlotState {
     }
 
     /// Takes the waker of the request at the head of the queue, if any.
+    #[inline]
     pub(crate) fn take_head_waker(&mut self) -> Option<Waker> {
         self.waiters.values_mut().next().and_then(Option::take)
     }
