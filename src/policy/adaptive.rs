@@ -65,7 +65,9 @@ policy_params! {
     ///   and delayed ACKs, and judged against them every window would
     ///   show a queue), and from a window at half the
     ///   level every `max(10 s, 50 round trips)` (BBR's ProbeRTT, at BBRv2's
-    ///   half window): merged when it agrees, replacing the reference when
+    ///   half window; put off while a run of answers far from the
+    ///   reference is under way, which a window at the level judges
+    ///   first): merged when it agrees, replacing the reference when
     ///   it is three standard errors below (the host got faster), and, when
     ///   it is above, half of that again tells a slower host from a smaller
     ///   one unless its latency alone tells (see *verify*). A window above
@@ -1833,7 +1835,12 @@ impl Knee {
             self.verify(v, at);
             return;
         }
-        if at >= self.cruising().base_due && self.level > 2.0 {
+        // (Not while a run of answers far from the reference is under way:
+        // the host may have changed, which a window at the level tells
+        // without halving it, and a window at half would be judged against
+        // a reference of before.)
+        if at >= self.cruising().base_due && self.level > 2.0 && self.above == 0 && self.below == 0
+        {
             self.cruising_mut().base_probe = Some(self.level);
             self.set_level(self.level / 2.0, at);
             return;
@@ -3038,6 +3045,34 @@ mod tests {
             round_trip(&mut k, 1.0, 8, now);
             let limit = k.throttle().concurrency();
             assert_eq!(limit, 8, "cut to {limit} after {} rounds", round + 1);
+        }
+        let base = k.reference.mean_latency();
+        assert!((0.95..1.05).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn a_due_window_at_half_waits_while_the_host_may_have_changed() {
+        // 8 workers at 100 ms, then at 1 s just as the re-measure at half
+        // the level comes due: a window at half, judged against the
+        // reference of before, would take the change for a queue or a
+        // slower host only after seconds at 4 in flight. The run of slow
+        // answers is judged first, at the level (before: 4 in flight at
+        // the first slow answer).
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
+        assert_eq!(limits[59], 8);
+        let mut now = k.last_at;
+        let due = k.cruising().base_due;
+        while now + 0.1 < due {
+            now += 0.1;
+            round_trip(&mut k, 0.1, 8, now);
+        }
+        assert!(k.cruising().base_probe.is_none());
+        for round in 0..6 {
+            let limit = k.throttle().concurrency();
+            assert!(limit >= 8, "{limit} in flight after {round} rounds");
+            now += 1.0;
+            round_trip(&mut k, 1.0, limit, now);
         }
         let base = k.reference.mean_latency();
         assert!((0.95..1.05).contains(&base), "{base}");
