@@ -118,12 +118,9 @@ impl<S, Req> Before<S, Req> {
                     let key = ready!(resolving.as_mut().poll(cx));
                     let pending = pending.take();
                     self.stage = match shared.enqueue(key) {
-                        Joined::Admitted(mut permit, _) => {
-                            permit.set_pending(pending);
-                            Stage::Admitted {
-                                permit: Some(permit),
-                            }
-                        }
+                        Joined::Admitted(permit, _) => Stage::Admitted {
+                            permit: Some(permit.with_pending(pending)),
+                        },
                         Joined::Queued(waiting) => Stage::Waiting { waiting, pending },
                     };
                 }
@@ -190,15 +187,14 @@ where
             }
             Start::Queued(waiting) => before(Stage::Waiting { waiting, pending }, service, request),
             // A fleet reserves after admission: the longer way.
-            Start::Admitted(mut permit, _) if shared.config.coordinator.is_some() => {
-                permit.set_pending(pending);
+            Start::Admitted(permit, _) if shared.config.coordinator.is_some() => {
                 let stage = Stage::Admitted {
-                    permit: Some(permit),
+                    permit: Some(permit.with_pending(pending)),
                 };
                 before(stage, service, request)
             }
-            Start::Admitted(mut permit, admitted) => {
-                permit.set_pending(pending);
+            Start::Admitted(permit, admitted) => {
+                let mut permit = permit.with_pending(pending);
                 let _entered = span.enter();
                 tracing::trace!(slot = %permit.slot().key, seq = permit.seq(), "dispatched");
                 // Asked without a waker: when it is not ready, the

@@ -279,10 +279,7 @@ impl Shared {
             Start::Resolving(key) => self.enqueue(key.await),
         };
         let mut permit = match joined {
-            Joined::Admitted(mut permit, _) => {
-                permit.set_pending(pending);
-                permit
-            }
+            Joined::Admitted(permit, _) => permit.with_pending(pending),
             Joined::Queued(mut waiting) => {
                 std::future::poll_fn(|cx| waiting.poll_admit(cx, &mut pending)).await
             }

@@ -130,10 +130,9 @@ impl Signals {
 
     /// The effective delay and limit at `now`, given the policy's answer.
     pub(crate) fn effective(&self, policy: &Throttle, now: Instant) -> (Duration, usize) {
-        let mut delay = policy.delay().max(self.floor());
-        let mut limit = policy.concurrency().max(1);
+        let (mut delay, mut limit) = Signals::policy_alone(policy);
         if let Some(t) = &self.trouble {
-            delay = delay.max(t.backoff_delay);
+            delay = delay.max(t.floor).max(t.backoff_delay);
             if t.rate_until.is_some_and(|until| now < until) {
                 delay = delay.max(t.rate_spacing);
             }
@@ -151,9 +150,9 @@ impl Signals {
         self.trouble.is_none()
     }
 
-    /// What [`effective`](Self::effective) gives for `policy` on a quiet
-    /// slot (see [`is_quiet`](Self::is_quiet)).
-    pub(crate) fn effective_quiet(&self, policy: &Throttle) -> (Duration, usize) {
+    /// What the policy's answer alone allows: [`effective`](Self::effective)
+    /// on a quiet slot (see [`is_quiet`](Self::is_quiet)).
+    pub(crate) fn policy_alone(policy: &Throttle) -> (Duration, usize) {
         (policy.delay(), policy.concurrency().max(1))
     }
 

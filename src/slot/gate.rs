@@ -160,9 +160,7 @@ impl Waiting {
                         self.ticket = None;
                         self.sleep = None;
                         let slot = self.slot.take().expect("checked above");
-                        let mut permit = Permit::new(slot, seq);
-                        permit.set_pending(pending.take());
-                        return Poll::Ready(permit);
+                        return Poll::Ready(Permit::new(slot, seq).with_pending(pending.take()));
                     }
                     Decision::Wait | Decision::WaitUntil(_) => {
                         if let Some(slot_waker) = state.waiters.get_mut(&ticket) {
@@ -290,14 +288,14 @@ impl Permit {
         }
     }
 
-    /// Holds the global place held since `call` (see
-    /// [`max_pending`](crate::ConfigBuilder::max_pending)) until the permit
-    /// drops.
+    /// The permit, holding the global place held since `call` (see
+    /// [`max_pending`](crate::ConfigBuilder::max_pending)) until it drops.
     #[inline]
-    pub(crate) fn set_pending(&mut self, pending: Option<OwnedSemaphorePermit>) {
+    pub(crate) fn with_pending(mut self, pending: Option<OwnedSemaphorePermit>) -> Self {
         if pending.is_some() {
             self._pending = pending;
         }
+        self
     }
 
     /// Ends the request in its slot: the outcome goes to the slot's signals

@@ -242,20 +242,14 @@ impl Slot {
             }
             let sample = ended.adjust.then_some(sample);
             let (delay, limit) = state.signals.effective(&state.throttle, now);
+            let after = ((delay, limit), state.signals.paused_until());
             let changed = match before {
-                Some(before) => before != ((delay, limit), state.signals.paused_until()),
-                // Still quiet: the same answer allows the same.
-                None if state.signals.is_quiet() => {
-                    state.throttle != throttle_before
-                        && state.signals.effective_quiet(&throttle_before) != (delay, limit)
-                }
-                // `on_outcome` made the signals speak (an overload): before,
-                // they allowed what the policy's answer alone did, and no
-                // pause.
-                None => {
-                    (state.signals.effective_quiet(&throttle_before), None)
-                        != ((delay, limit), state.signals.paused_until())
-                }
+                Some(before) => before != after,
+                // Still quiet, and the same answer: it allows the same.
+                None if state.signals.is_quiet() && state.throttle == throttle_before => false,
+                // Before, the quiet signals allowed what the policy's
+                // answer alone did, and no pause.
+                None => (Signals::policy_alone(&throttle_before), None) != after,
             };
             if ended.release {
                 // As `release` does, after the policy saw the count with
