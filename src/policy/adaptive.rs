@@ -2991,6 +2991,16 @@ mod tests {
 
     /// The answers to `limit` requests sent a round trip ago, all at `now`,
     /// at `latency` and up to 2 % above it.
+    /// A controller that found its level of 8 on 8 workers at 100 ms, and
+    /// the time of its last answer.
+    fn at_eight_workers() -> (Knee, f64) {
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
+        assert_eq!(limits[59], 8);
+        let now = k.last_at;
+        (k, now)
+    }
+
     fn round_trip(k: &mut Knee, latency: f64, limit: usize, now: f64) {
         for i in 0..limit {
             let sample =
@@ -3004,10 +3014,7 @@ mod tests {
         // 8 workers at 100 ms, then at 1 s: at half the level (or at a cut
         // of it), a latency above what any queue of ours explains is the
         // host's own, and no window at half of that again is needed.
-        let mut k = Adaptive::default().knee();
-        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
-        assert_eq!(limits[59], 8);
-        let mut now = k.last_at;
+        let (mut k, mut now) = at_eight_workers();
         let mut lowest = usize::MAX;
         let mut back = None;
         for round in 0..40 {
@@ -3036,10 +3043,7 @@ mod tests {
         // that any queue of ours could make, so the level stays, and a
         // whole window at it becomes the reference (before: cut to 4, back
         // at 8 after 7 round trips of a second).
-        let mut k = Adaptive::default().knee();
-        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
-        assert_eq!(limits[59], 8);
-        let mut now = k.last_at;
+        let (mut k, mut now) = at_eight_workers();
         for round in 0..6 {
             now += 1.0;
             round_trip(&mut k, 1.0, 8, now);
@@ -3058,10 +3062,7 @@ mod tests {
         // slower host only after seconds at 4 in flight. The run of slow
         // answers is judged first, at the level (before: 4 in flight at
         // the first slow answer).
-        let mut k = Adaptive::default().knee();
-        let limits = run(&mut k, 8.0, 0.1, 60, 0, 0.0);
-        assert_eq!(limits[59], 8);
-        let mut now = k.last_at;
+        let (mut k, mut now) = at_eight_workers();
         let due = k.cruising().base_due;
         while now + 0.1 < due {
             now += 0.1;
