@@ -117,8 +117,14 @@ policy_params! {
     ///   clean window in use (below one standard error) raises it by a step
     ///   that doubles with each clean window in a row, closing half the gap
     ///   to a known knee; at the knee, a probe one above it comes every 4
-    ///   to 32 windows (doubling after each probe that finds a queue), and a
-    ///   clean probe forgets the knee (the host grew).
+    ///   to 16 windows (doubling after each probe that finds a queue), and a
+    ///   clean probe forgets the knee (the host grew). A probe that finds
+    ///   a queue goes back to the level it left, which window after window
+    ///   found clean, and that level is the knee: its own estimate of the
+    ///   knee moves with the noise of one window (a probe at 9 whose
+    ///   answers came out a tenth slow puts a knee of 8 at 7.3), and left
+    ///   below, the level stayed a request short until the next probe, up
+    ///   to 16 windows later.
     /// - **Large changes.** Answers in a row above twice the reference's
     ///   typical latency cut at once, unless no queue of ours explains
     ///   them (see *Cut, then verify*: a latency up tenfold at 8 in
@@ -168,7 +174,13 @@ policy_params! {
     ///   replacing a reference takes elsewhere: the re-measure's 8 alone
     ///   let probes above the knee pass for clean), and the level and knee
     ///   come back (a latency up tenfold at 8 in flight, 1 s a round trip:
-    ///   back at 8 about 2 s sooner).
+    ///   back at 8 about 2 s sooner). When the cut was a probe's, the level
+    ///   that comes back is the one the probe left, and a reference taken
+    ///   during a probe is scaled by `knee / level` first: with the same
+    ///   workers, the probe's queue made every answer that much longer
+    ///   (Little's law). Taken as it was, latency up tenfold during a
+    ///   probe at 9 on 8 workers left a reference 13 % high, and the next
+    ///   probe held a queue of 2 for 14 s, read as clean.
     /// - **Overload.** 429, 503 and timeouts are overloads; the layer tells
     ///   this policy each one with the `Retry-After` pause it brought, and
     ///   leaves the reaction to it. An overload answered to a request sent
@@ -481,10 +493,13 @@ const BASE_PROBE_ROUNDS: f64 = 2.0;
 /// Clean windows at the knee before a probe above it, at first, and at
 /// most (after probes that all found the knee where it was): a probe costs
 /// a window with one request queued, so they cost at most a quarter of a
-/// request of mean queue, then a thirtieth, while a host that grows is
-/// found within 32 windows.
+/// request of mean queue, then a sixteenth, while a host that grows is
+/// found within 16 windows. (A probe that finds a queue goes back to the
+/// level it left, so the level stays at the knee and only a probe finds a
+/// host that grew: at 32 windows, a host of 64 workers at 100 ms that grew
+/// back to 256 waited 5.8 s for its first probe.)
 const MIN_PROBE_EVERY: u32 = 4;
-const MAX_PROBE_EVERY: u32 = 32;
+const MAX_PROBE_EVERY: u32 = 16;
 /// A closed window waits at most this many times its slowest answer for
 /// the rest (they may have been cancelled).
 const CLOSE_WAIT: f64 = 2.0;
@@ -581,6 +596,12 @@ impl Acc {
 
     fn mean_latency(&self) -> f64 {
         self.sum_latency / self.n
+    }
+
+    /// The same answers, each `k` times as long.
+    fn scale(&mut self, k: f64) {
+        self.mean += k.ln();
+        self.sum_latency *= k;
     }
 
     /// The sample variance of `ln(latency)`.
@@ -2027,10 +2048,17 @@ impl Knee {
     fn cut(&mut self, w: &Acc, test: &Test, at: f64) {
         let (c, headroom) = self.capacity(w, test);
         let (level, min_step) = (self.level, self.min_step());
+        // A probe above the knee that found a queue goes back to the level
+        // it left, clean window after window: the host serves that much.
+        let left = self
+            .clean
+            .filter(|clean| self.cruising().probing && *clean < self.level);
         let cruising = self.cruising_mut();
         cruising.verify = Some(Box::new(Verify {
             trigger: *w,
-            level,
+            // (If the host got slower instead, a probe's level does not
+            // come back: the one it left does.)
+            level: left.unwrap_or(level),
             knee: cruising.knee,
             deeper: None,
             more: false,
@@ -2041,12 +2069,17 @@ impl Knee {
             // A probe above the knee found a queue: probe half as often.
             cruising.probe_every = (2 * cruising.probe_every).min(MAX_PROBE_EVERY);
         }
+        if let Some(left) = left.filter(|l| c - headroom < *l) {
+            cruising.knee = left;
+            cruising.headroom = 0.0;
+        }
         cruising.probing = false;
         cruising.at_top = 0;
         cruising.step = min_step;
         self.clean = None;
         // Below one request in flight there is no queue of ours to cut.
         let level = (c - headroom).max(self.level / 2.0).max(1.0);
+        let level = left.map_or(level, |left| level.max(left));
         self.set_level(level.min(self.level), at);
     }
 
@@ -2201,8 +2234,23 @@ impl Knee {
     /// knee before the cut come back.
     fn slower_host(&mut self, reference: Acc, level: f64, knee: f64, at: f64) {
         self.reference = reference;
-        self.cruising_mut().verify = None;
-        self.cruising_mut().knee = knee;
+        let cruising = self.cruising_mut();
+        cruising.verify = None;
+        cruising.knee = knee;
+        // A probe above the knee that the change overlapped tells nothing
+        // of the knee, and the new reference was taken there: with the
+        // same workers, slower, the probe's queue made its answers
+        // `level / knee` times as long as the host's own (Little's law).
+        // The level goes back to the knee it left.
+        let level = if cruising.probing {
+            cruising.probing = false;
+            cruising.at_top = 0;
+            let left = level.min(knee - cruising.headroom);
+            self.reference.scale((knee / level).min(1.0));
+            left
+        } else {
+            level
+        };
         self.cruising_mut().base_due =
             at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
         self.set_level(level, at);
@@ -3037,6 +3085,35 @@ mod tests {
     }
 
     #[test]
+    fn a_probe_that_found_a_queue_goes_back_to_the_level_it_left() {
+        // 8 workers at 100 ms: the probe at 9 holds a queue, and its
+        // latencies came out a tenth slower than Little's law says (noise),
+        // so its estimate of the knee is 7.3. The level goes back to the 8
+        // it left, clean window after window, not to 7 (before: 7, until
+        // the next probe, 8 to 16 windows later).
+        let (mut k, mut now) = at_eight_workers();
+        let mut probed = false;
+        for round in 0..400 {
+            let limit = k.throttle().concurrency();
+            if limit > 8 {
+                probed = true;
+            }
+            let noise = if limit > 8 { 1.1 } else { 1.0 };
+            let latency = 0.1 * (limit as f64 / 8.0).max(1.0) * noise;
+            now += latency;
+            round_trip(&mut k, latency, limit, now);
+            let after = k.throttle().concurrency();
+            // (Except while the no-load latency is re-measured at half.)
+            let remeasure = k.cruising().base_probe.is_some();
+            assert!(
+                after >= 8 || remeasure,
+                "{after} in flight after {round} round trips"
+            );
+        }
+        assert!(probed, "no probe above the knee");
+    }
+
+    #[test]
     fn a_run_slower_than_any_queue_of_ours_cuts_nothing() {
         // 8 workers at 100 ms, then at 1 s, answers a round trip at a time:
         // the first run of slow answers, at 8 in flight, is above the 0.8 s
@@ -3072,8 +3149,11 @@ mod tests {
         for round in 0..6 {
             let limit = k.throttle().concurrency();
             assert!(limit >= 8, "{limit} in flight after {round} rounds");
-            now += 1.0;
-            round_trip(&mut k, 1.0, limit, now);
+            // (8 workers: a probe above them queues, and a reference taken
+            // during one held its queue: 1.13 before it was scaled.)
+            let latency = (limit as f64 / 8.0).max(1.0);
+            now += latency;
+            round_trip(&mut k, latency, limit, now);
         }
         let base = k.reference.mean_latency();
         assert!((0.95..1.05).contains(&base), "{base}");
