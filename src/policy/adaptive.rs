@@ -117,7 +117,8 @@ policy_params! {
     ///   clean window in use (below one standard error) raises it by a step
     ///   that doubles with each clean window in a row, closing half the gap
     ///   to a known knee; at the knee, a probe one above it comes every 4
-    ///   to 16 windows (doubling after each probe that finds a queue), and a
+    ///   to 16 windows (doubling after each probe that finds a queue, back
+    ///   to 4 when a cut puts the knee below half of what it was), and a
     ///   clean probe forgets the knee (the host grew). A probe that finds
     ///   a queue goes back to the level it left, which window after window
     ///   found clean, and that level is the knee: its own estimate of the
@@ -2063,11 +2064,19 @@ impl Knee {
             deeper: None,
             more: false,
         }));
+        let before = cruising.knee;
         cruising.knee = c;
         cruising.headroom = headroom;
         if cruising.probing {
             // A probe above the knee found a queue: probe half as often.
             cruising.probe_every = (2 * cruising.probe_every).min(MAX_PROBE_EVERY);
+        } else if c - headroom < before / 2.0 {
+            // The knee fell by half or more: the probes that backed off
+            // found the old one where it was, and tell nothing of this
+            // one (a bimodal host at 1 s, cut from 8 to 1 by a reference
+            // that missed its slow answers, waited 146 s for its first
+            // probe at 16 windows, 48 s at 4).
+            cruising.probe_every = MIN_PROBE_EVERY;
         }
         if let Some(left) = left.filter(|l| c - headroom < *l) {
             cruising.knee = left;
@@ -3082,6 +3091,30 @@ mod tests {
         );
         let base = k.reference.mean_latency();
         assert!((0.95..1.05).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn a_knee_that_fell_by_half_is_probed_as_often_as_a_new_one() {
+        // 8 workers at 100 ms until the probes above them back off, then
+        // 2 workers: the knee falls to 2, and the next probe comes within
+        // 4 windows, not 16.
+        let (mut k, mut now) = at_eight_workers();
+        let mut workers = 8.0;
+        for round in 0..2000 {
+            if workers == 8.0 && k.cruising().probe_every == MAX_PROBE_EVERY {
+                workers = 2.0;
+            }
+            let limit = k.throttle().concurrency();
+            let latency = 0.1 * (limit as f64 / workers).max(1.0);
+            now += latency;
+            round_trip(&mut k, latency, limit, now);
+            let c = k.cruising();
+            if workers == 2.0 && c.knee < 4.0 && c.verify.is_none() {
+                assert_eq!(c.probe_every, MIN_PROBE_EVERY, "after {round} round trips");
+                return;
+            }
+        }
+        panic!("the knee never fell below 4 ({workers} workers)");
     }
 
     #[test]
