@@ -160,7 +160,18 @@ policy_params! {
     ///   standard errors and half a request or more: a level a few per
     ///   cent above the knee holds a queue that is a few per cent of its
     ///   latency). A slower host gets a new reference (both
-    ///   windows) and its level and knee back. Any window (at the level,
+    ///   windows) and its level and knee back. A window at half that
+    ///   falls less than that but ends nearer the reference than the
+    ///   window it tests (halfway between that window and what a queue
+    ///   would leave: its latency halved, not below the reference), once
+    ///   it holds 16 answers (what replacing a reference takes), shows no
+    ///   slower host: the reference stays (made of both windows, it would
+    ///   hold the queue, as a raise's queue of 1 % on a thousand workers
+    ///   did, read as clean for 50 s after), and the level and knee come
+    ///   back for the windows at the level to judge afresh; unless the
+    ///   window that cut was above the reference too: two windows in a
+    ///   row above it are a queue, as at the level, and the cut stands.
+    ///   Any window (at the level,
     ///   at the lower level, or the re-measure at half the level) tells
     ///   alone, and cuts nothing, when no
     ///   queue of ours explains its latency: a host serves at least one
@@ -2165,11 +2176,51 @@ impl Knee {
                 if let Some(t) = against {
                     self.cut(&candidate, &t, at);
                 }
-            } else {
-                let mut reference = self.window;
-                reference.merge(&candidate);
-                self.slower_host(reference, v.level, v.knee, at);
+                return;
             }
+            // Not a fall that tells a queue. A slower host keeps its
+            // latency at half the level, where `candidate` had it; a queue
+            // (or a `candidate` chosen for being slow, by noise) falls back
+            // towards the reference: the nearer of the two says which,
+            // once this window holds what replacing a reference takes.
+            // Nearer the reference, the reference stays (taken for a slower
+            // host, both windows made the reference, queue and all: a
+            // raise's queue of 11 on a thousand workers, 1 % of the
+            // latency, was then read as clean for 50 s), and the level and
+            // knee come back for the windows at the level to judge afresh;
+            // unless this window is well below `candidate` and the window
+            // that cut was above the reference too: two windows in a row
+            // above it are a queue, as at the level, and the cut stands.
+            let drained = (candidate.mean - std::f64::consts::LN_2).max(self.reference.mean);
+            if self.window.mean < (candidate.mean + drained) / 2.0
+                && self.window.n >= 2.0 * MIN_REFERENCE
+                && !v.more
+            {
+                let below = Test::new(&self.window, &candidate).is_some_and(|t| t.below(Z_CUT));
+                let twice = v.trigger != candidate
+                    && Test::new(&v.trigger, &self.reference).is_some_and(|t| t.above(Z_CUT));
+                if below && twice {
+                    if let Some(t) = against {
+                        self.cut(&candidate, &t, at);
+                    }
+                    return;
+                }
+                let cruising = self.cruising_mut();
+                cruising.verify = None;
+                cruising.knee = v.knee;
+                let level = if cruising.probing {
+                    cruising.probing = false;
+                    cruising.at_top = 0;
+                    v.level.min(v.knee - cruising.headroom)
+                } else {
+                    v.level
+                };
+                self.set_level(level, at);
+                return;
+            }
+            let mut reference = self.window;
+            reference.merge(&candidate);
+            self.slower_host(reference, v.level, v.knee, at);
             return;
         }
         if !test.above(Z_CUT) {
@@ -3298,6 +3349,131 @@ mod tests {
             100.0,
         );
         assert_eq!(k.level, 63.0);
+    }
+
+    /// Answers of log spread `sigma` (four points of a normal, in turn)
+    /// about `median`, `n` of them at `in_flight`.
+    fn spread(median: f64, sigma: f64, n: usize, in_flight: f64) -> Acc {
+        let z = [-1.34, -0.45, 0.45, 1.34];
+        let mut acc = Acc::default();
+        for i in 0..n {
+            acc.push((median.ln() + sigma * z[i % 4]).exp(), in_flight);
+        }
+        acc
+    }
+
+    /// A knee in Cruise on `reference`, at `level`, with `window` whole.
+    fn verifying(reference: Acc, level: f64, window: Acc) -> Knee {
+        let mut k = Adaptive::default().knee();
+        k.phase = Phase::Cruise;
+        k.reference = reference;
+        k.level = level;
+        k.counted = window.n as u64;
+        k.window = window;
+        k.in_flight = 1;
+        k
+    }
+
+    #[test]
+    fn a_window_at_half_back_at_the_reference_is_no_slower_host() {
+        // A thousand workers at 400 ms ± 10 % (a log spread of 0.058).
+        // A window at 723 in flight came out 0.5 % slow, three standard
+        // errors above the reference (noise: 723 in flight hold no queue
+        // there), and the window at half of it, 362 answers, is back at
+        // the reference, 1.5 standard errors below the first: not a fall
+        // that tells a queue, but nearer the reference than the first
+        // window. No slower host: the reference stays (taken for one, the
+        // two windows made a reference 0.4 % slow, and a queue of 4 then
+        // read as clean), and the level comes back.
+        let reference = spread(0.3993, 0.058, 7720, 964.0);
+        let candidate = spread(0.4014, 0.058, 1446, 723.0);
+        let t = Test::new(&candidate, &reference).unwrap();
+        assert!(t.above(Z_EXIT) && !t.above(Z_SURE), "{t:?}");
+        let window = spread(0.3994, 0.058, 362, 361.5);
+        let t = Test::new(&window, &candidate).unwrap();
+        assert!(!t.below(Z_CUT), "{t:?}");
+        let v = Verify {
+            trigger: candidate,
+            level: 964.0,
+            knee: 964.0,
+            deeper: Some(candidate),
+            more: false,
+        };
+        let mut k = verifying(reference, 361.5, window);
+        k.verify(v, 100.0);
+        assert_eq!(k.level, 964.0);
+        assert_eq!(k.reference, reference);
+        // A window at half that stays where the first one was is a slower
+        // host, as before.
+        let mut k = verifying(reference, 361.5, spread(0.4014, 0.058, 362, 361.5));
+        k.verify(v, 100.0);
+        assert_eq!(k.level, 964.0);
+        assert!(
+            k.reference.mean > reference.mean + 0.004,
+            "{:?}",
+            k.reference
+        );
+        // So is one of fewer answers than a reference replaced takes (16
+        // workers at 40 ms, a reference of 16 answers, windows at 16 and
+        // 15 in flight 8 % and 5 % slower, and 8 answers at half): it
+        // tells too little to hold a reference of a few answers against
+        // two windows of more.
+        let reference = spread(0.0395, 0.04, 16, 16.0);
+        let trigger = spread(0.0426, 0.04, 17, 16.5);
+        let candidate = spread(0.0414, 0.04, 15, 14.7);
+        let mut k = verifying(reference, 7.55, spread(0.0393, 0.04, 8, 7.4));
+        k.verify(
+            Verify {
+                trigger,
+                level: 17.27,
+                knee: 17.0,
+                deeper: Some(candidate),
+                more: false,
+            },
+            100.0,
+        );
+        assert_eq!(k.level, 17.27);
+        assert!(k.reference.n > 16.0, "{:?}", k.reference);
+    }
+
+    #[test]
+    fn two_windows_above_the_reference_and_a_fall_at_half_are_a_queue() {
+        // A thousand workers at 1 s ± 10 %: a raise to 1 030 cut to 1 010
+        // (its window 1.4 % slow), and the window at 1 010 still 0.9 %
+        // slow (a queue of 10, 4.6 standard errors: not beyond doubt),
+        // then the one at half of it back at the reference, 3 standard
+        // errors below. Two windows in a row above the reference are a
+        // queue: the cut stands, and the reference with it (taken for a
+        // slower host, both windows made the reference and the level of
+        // 1 030 came back: the queue of 10 then read as clean for 50 s).
+        let reference = spread(1.0002, 0.058, 4096, 998.0);
+        let trigger = spread(1.0136, 0.058, 536, 1029.2);
+        let candidate = spread(1.0096, 0.058, 1011, 1010.5);
+        let t = Test::new(&candidate, &reference).unwrap();
+        assert!(t.above(Z_EXIT) && !t.above(Z_SURE), "{t:?}");
+        let v = Verify {
+            trigger,
+            level: 1030.0,
+            knee: 1015.0,
+            deeper: Some(candidate),
+            more: false,
+        };
+        let mut k = verifying(reference, 505.3, spread(1.0, 0.058, 505, 504.5));
+        k.verify(v, 100.0);
+        assert!(k.level <= 505.3, "level {}", k.level);
+        assert_eq!(k.reference, reference);
+        // The window that cut alone, at half back at the reference: not
+        // sure enough of a queue to cut; the level comes back.
+        let mut k = verifying(reference, 505.3, spread(1.0, 0.058, 505, 504.5));
+        k.verify(
+            Verify {
+                trigger: candidate,
+                ..v
+            },
+            100.0,
+        );
+        assert_eq!(k.level, 1030.0);
+        assert_eq!(k.reference, reference);
     }
 
     #[test]
