@@ -443,13 +443,23 @@ async fn every_worker_learns_from_the_whole_fleets_answers() {
     b.flush().await;
     let got = seen_b.seen();
     assert_eq!(got.len(), 6, "A's five, then B's own: {got:?}");
-    for s in &got[..4] {
-        assert_eq!(s.status(), Some(StatusCode::OK));
+    // In the order Redis got them: each place goes back off the request's
+    // path, from a task of its own, so on a busy machine the 503's may
+    // reach Redis before the last 200's (the CI saw it once).
+    let (ok, refused): (Vec<&Sample>, Vec<&Sample>) = got[..5]
+        .iter()
+        .partition(|s| s.status() == Some(StatusCode::OK));
+    assert_eq!(
+        (ok.len(), refused.len()),
+        (4, 1),
+        "A's four 200s and a 503: {got:?}"
+    );
+    for s in ok {
         assert!(s.latency_secs() >= 0.060, "A's latency, {s:?}");
         assert!(s.in_flight() >= 1);
     }
-    assert_eq!(got[4].status(), Some(StatusCode::SERVICE_UNAVAILABLE));
-    assert_eq!(got[4].outcome(), Outcome::Overload);
+    assert_eq!(refused[0].status(), Some(StatusCode::SERVICE_UNAVAILABLE));
+    assert_eq!(refused[0].outcome(), Outcome::Overload);
     assert!(
         got[5].latency_secs() < 0.060,
         "B's own answer, {:?}",
