@@ -2168,16 +2168,10 @@ impl Knee {
                 let (c, _) = self.capacity(&candidate, t);
                 t.above(Z_SURE) && candidate.mean_in_flight() - c >= Q_MIN
             });
+            let below = Test::new(&self.window, &candidate).is_some_and(|t| t.below(Z_CUT));
             let fell = !v.more
                 && (self.window.mean < candidate.mean - std::f64::consts::LN_2 / 2.0
-                    || queued
-                        && Test::new(&self.window, &candidate).is_some_and(|t| t.below(Z_CUT)));
-            if fell {
-                if let Some(t) = against {
-                    self.cut(&candidate, &t, at);
-                }
-                return;
-            }
+                    || queued && below);
             // Not a fall that tells a queue. A slower host keeps its
             // latency at half the level, where `candidate` had it; a queue
             // (or a `candidate` chosen for being slow, by noise) falls back
@@ -2192,35 +2186,22 @@ impl Knee {
             // that cut was above the reference too: two windows in a row
             // above it are a queue, as at the level, and the cut stands.
             let drained = (candidate.mean - std::f64::consts::LN_2).max(self.reference.mean);
-            if self.window.mean < (candidate.mean + drained) / 2.0
-                && self.window.n >= 2.0 * MIN_REFERENCE
-                && !v.more
-            {
-                let below = Test::new(&self.window, &candidate).is_some_and(|t| t.below(Z_CUT));
-                let twice = v.trigger != candidate
-                    && Test::new(&v.trigger, &self.reference).is_some_and(|t| t.above(Z_CUT));
-                if below && twice {
-                    if let Some(t) = against {
-                        self.cut(&candidate, &t, at);
-                    }
-                    return;
+            let nearer = !v.more
+                && self.window.mean < (candidate.mean + drained) / 2.0
+                && self.window.n >= 2.0 * MIN_REFERENCE;
+            let twice = v.trigger != candidate
+                && Test::new(&v.trigger, &self.reference).is_some_and(|t| t.above(Z_CUT));
+            if fell || nearer && below && twice {
+                if let Some(t) = against {
+                    self.cut(&candidate, &t, at);
                 }
-                let cruising = self.cruising_mut();
-                cruising.verify = None;
-                cruising.knee = v.knee;
-                let level = if cruising.probing {
-                    cruising.probing = false;
-                    cruising.at_top = 0;
-                    v.level.min(v.knee - cruising.headroom)
-                } else {
-                    v.level
-                };
-                self.set_level(level, at);
-                return;
+            } else if nearer {
+                self.level_back(v.level, v.knee, at);
+            } else {
+                let mut reference = self.window;
+                reference.merge(&candidate);
+                self.slower_host(reference, v.level, v.knee, at);
             }
-            let mut reference = self.window;
-            reference.merge(&candidate);
-            self.slower_host(reference, v.level, v.knee, at);
             return;
         }
         if !test.above(Z_CUT) {
@@ -2298,25 +2279,31 @@ impl Knee {
     /// knee before the cut come back.
     fn slower_host(&mut self, reference: Acc, level: f64, knee: f64, at: f64) {
         self.reference = reference;
-        let cruising = self.cruising_mut();
-        cruising.verify = None;
-        cruising.knee = knee;
         // A probe above the knee that the change overlapped tells nothing
         // of the knee, and the new reference was taken there: with the
         // same workers, slower, the probe's queue made its answers
         // `level / knee` times as long as the host's own (Little's law).
-        // The level goes back to the knee it left.
+        if self.cruising().probing {
+            self.reference.scale((knee / level).min(1.0));
+        }
+        self.cruising_mut().base_due =
+            at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
+        self.level_back(level, knee, at);
+    }
+
+    /// The level and knee before a cut come back (for a probe's cut, the
+    /// knee the probe left), the cut under test no longer.
+    fn level_back(&mut self, level: f64, knee: f64, at: f64) {
+        let cruising = self.cruising_mut();
+        cruising.verify = None;
+        cruising.knee = knee;
         let level = if cruising.probing {
             cruising.probing = false;
             cruising.at_top = 0;
-            let left = level.min(knee - cruising.headroom);
-            self.reference.scale((knee / level).min(1.0));
-            left
+            level.min(knee - cruising.headroom)
         } else {
             level
         };
-        self.cruising_mut().base_due =
-            at + BASE_INTERVAL.max(BASE_ROUNDS * self.reference.mean_latency());
         self.set_level(level, at);
     }
 
