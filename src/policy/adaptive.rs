@@ -91,6 +91,20 @@ policy_params! {
     ///   errors end it at once. The level goes to `Ĉ` less what noise cannot
     ///   resolve, never below the last clean level (to that level when the
     ///   round was cut short).
+    ///   An exit on few answers (fewer than 10 in the window and the
+    ///   reference together; with fewer than 6, the likelier of no queue
+    ///   and a queue of one decides) is judged again once a window sent at
+    ///   the lower level has replaced the reference (8 answers when it was
+    ///   fewer): if the window that ended Startup is now nearer no queue
+    ///   than a queue of one, the exit was noise, and Startup resumes from
+    ///   there (a first answer quick by chance left heavy-tailed hosts of 8
+    ///   workers at one request in flight for seconds, at a quarter of
+    ///   their speed). The resumed Startup's rounds that are nearer a
+    ///   queue of one than none, short of ending it, still raise, but do
+    ///   not join its reference: taken in, they hid the queue of a host of
+    ///   one worker with the same tails from every round after, and the
+    ///   level doubled to 8 on it. As after the first Startup, the first
+    ///   whole window in Cruise may replace the reference.
     ///   Above 32, where latencies are steady, a level's window need not
     ///   wait two round trips (one for its requests to go out at the
     ///   level, one for them to come back): it opens when the limit is
@@ -399,6 +413,7 @@ impl Adaptive {
             run_at: f64::NEG_INFINITY,
             cruising: None,
             weak_exit: false,
+            resumed: false,
             ramp: Ramp::Round,
             remeasuring: false,
             provisional: true,
@@ -840,6 +855,9 @@ pub(crate) struct Knee {
     /// Startup ended on a small sample: the first window after may find
     /// it spurious, and resume it.
     weak_exit: bool,
+    /// Startup resumed after its exit proved noise: its reference is a
+    /// window sent one at a time, which rounds in doubt do not join.
+    resumed: bool,
     /// How Startup's window at this level is taken (see `startup_round`).
     ramp: Ramp,
     /// A window was opened afresh on a run of answers far from the
@@ -911,6 +929,8 @@ struct Cruising {
     /// Startup ended on part of a window sent at the full level: the rest
     /// of its answers, still out, tell the knee better.
     exit: Option<Box<ExitWindow>>,
+    /// The window that ended Startup on few answers, to judge again.
+    weak_trigger: Option<Acc>,
 }
 
 /// The answers to the requests sent at the level where Startup met a
@@ -941,6 +961,7 @@ static NO_CRUISING: Cruising = Cruising {
     base_probe: None,
     base_due: BASE_INTERVAL,
     exit: None,
+    weak_trigger: None,
 };
 
 /// The part of [`Knee`] that only overload events set; until the first,
@@ -1642,26 +1663,23 @@ impl Knee {
             }
             return;
         }
-        let saturated = if test.df >= 4.0 {
-            test.above(Z_EXIT) && queue >= Q_MIN
-        } else {
-            // Too few answers for a t-test: the likelier of no queue and one
-            // queued request.
-            let n = self.window.mean_in_flight().max(1.5);
-            let one = (n / (n - 1.0)).ln();
-            test.d >= one / 2.0 && queue >= Q_MIN
-        };
-        if saturated {
+        if self.saturated(&self.window, &test) {
             self.exit_startup(c, headroom, &test, at, false);
             return;
         }
         // A window opened when the limit was full was sent at the level.
         if (sized || self.bound()) && !self.refusing() {
-            self.clean = Some(self.level);
-            // A clean level is the host's no-load latency too.
-            let window = self.window;
-            self.reference.merge(&window);
-            self.reference.cap(REFERENCE_MAX);
+            let doubt = self.resumed && {
+                let n = self.window.mean_in_flight().max(1.5);
+                test.d >= (n / (n - 1.0)).ln() / 2.0
+            };
+            if !doubt {
+                self.clean = Some(self.level);
+                // A clean level is the host's no-load latency too.
+                let window = self.window;
+                self.reference.merge(&window);
+                self.reference.cap(REFERENCE_MAX);
+            }
             let grow = if sized {
                 // By a quarter, as after a round: a sized window's
                 // overshoot lasts one round trip where a round's lasts two.
@@ -1717,9 +1735,47 @@ impl Knee {
         (2.0 * z * z).max(2.0 * MIN_WINDOW).min(round)
     }
 
+    /// Whether Startup's window `w` met a queue: three standard errors and
+    /// half a request; with too few answers for a t-test, the likelier of
+    /// no queue and one queued request.
+    fn saturated(&self, w: &Acc, test: &Test) -> bool {
+        let (c, _) = self.capacity(w, test);
+        let queue = w.mean_in_flight() - c;
+        if test.df >= 4.0 {
+            test.above(Z_EXIT) && queue >= Q_MIN
+        } else {
+            let n = w.mean_in_flight().max(1.5);
+            let one = (n / (n - 1.0)).ln();
+            test.d >= one / 2.0 && queue >= Q_MIN
+        }
+    }
+
+    /// After an exit on few answers: whether the window that ended Startup
+    /// may have held a queue, judged against the reference as it is now
+    /// (at the exit, a reference of one or two answers may have been quick
+    /// by chance, and a host with heavy tails then left Startup at one
+    /// request in flight). Unless the window is now clean (within one
+    /// standard error of the reference, or with too few answers for a
+    /// t-test, nearer no queue than one), the exit stands: a host of one
+    /// worker with heavy tails, whose queue its few answers cannot show
+    /// beyond doubt, must not be ramped into it again and again.
+    fn exit_stands(&self) -> bool {
+        let Some(trigger) = self.cruising().weak_trigger else {
+            return true;
+        };
+        let Some(test) = Test::new(&trigger, &self.reference) else {
+            return true;
+        };
+        let n = trigger.mean_in_flight().max(1.5);
+        test.d >= (n / (n - 1.0)).ln() / 2.0
+    }
+
     /// Startup met a queue: on to Cruise at the estimated knee.
     fn exit_startup(&mut self, c: f64, headroom: f64, test: &Test, at: f64, early: bool) {
+        self.resumed = false;
         self.weak_exit = test.df < 8.0;
+        let trigger = self.weak_exit.then_some(self.window);
+        self.cruising_mut().weak_trigger = trigger;
         self.cruising_mut().knee = c;
         self.cruising_mut().headroom = headroom;
         let before = self.clean.unwrap_or(1.0);
@@ -1907,6 +1963,12 @@ impl Knee {
             // The window that replaces Startup's reference holds as many
             // answers.
             want = want.max(self.reference.n);
+            if self.weak_exit && self.reference.n < MIN_REFERENCE {
+                // After an exit against a reference of a few answers, the
+                // window that tells whether it was noise (see
+                // `exit_stands`) need not wait for a full window's.
+                want = 2.0 * MIN_WINDOW;
+            }
         }
         if self.remeasuring {
             // Enough to replace the reference.
@@ -1938,13 +2000,23 @@ impl Knee {
                 // Below the knee (or more spread than a queue makes it),
                 // and long: the no-load latency, unbiased.
                 self.reference = self.window;
+                if self.weak_exit && self.bound() && !self.exit_stands() {
+                    // Against the reference the window just made, the
+                    // exit was noise: resume Startup from here.
+                    self.weak_exit = false;
+                    self.cruising_mut().weak_trigger = None;
+                    self.resume_startup();
+                    self.resumed = true;
+                }
                 self.reset_window(at);
                 return;
             }
         }
         if self.weak_exit {
             self.weak_exit = false;
-            if test.d <= 0.0 && self.bound() {
+            let stands = self.exit_stands();
+            self.cruising_mut().weak_trigger = None;
+            if !stands && self.bound() {
                 // Startup ended on noise: resume it from here.
                 self.resume_startup();
                 self.reset_window(at);
@@ -2057,6 +2129,9 @@ impl Knee {
         self.cruising_mut().headroom = 0.0;
         self.phase = Phase::Startup;
         self.ramp = Ramp::Round;
+        // Its rounds, biased quick as before, make the reference again: the
+        // first window in Cruise after it judges them again.
+        self.provisional = true;
     }
 
     /// The window holds a queue: cut to the estimated capacity, at most by
@@ -4225,6 +4300,106 @@ mod tests {
                 "{places} places at {latency} s: {thr} of their rate ({refused} of {sent} refused)"
             );
         }
+    }
+
+    /// Feeds answers given as (sent, latency, in flight), in the order
+    /// they come back; returns the controller after each.
+    fn feed(k: &mut Knee, answers: &[(f64, f64, usize)]) -> Vec<(Phase, f64)> {
+        let mut sorted = answers.to_vec();
+        sorted.sort_by(|a, b| (a.0 + a.1).total_cmp(&(b.0 + b.1)));
+        sorted
+            .iter()
+            .map(|&(sent, latency, in_flight)| {
+                k.on_sample(&at(latency, in_flight, sent + latency));
+                (k.phase, k.level)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_exit_against_one_quick_answer_is_judged_again() {
+        // Heavy tails: the first answer quick (30 ms), the host's typical
+        // one about 80 ms at any level up to its 8 workers. The round at 2
+        // looks like a queue against that one answer; at one in flight,
+        // eight answers make a reference against which it does not, and
+        // Startup resumes (the old rule resumed only if the window after
+        // that one came out below the reference: a coin's toss, and the
+        // level stayed near 1 for seconds, at a quarter of the host).
+        let first = [(0.0, 0.03, 2)];
+        let round = [
+            (0.031, 0.09, 2),
+            (0.032, 0.07, 2),
+            (0.033, 0.12, 2),
+            (0.11, 0.085, 2),
+        ];
+        let one = |latencies: &[f64]| {
+            let mut sent = 0.2;
+            latencies
+                .iter()
+                .map(|&l| {
+                    let answer = (sent, l, 1);
+                    sent += l;
+                    answer
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut k = Adaptive::default().knee();
+        feed(&mut k, &first);
+        let exited = feed(&mut k, &round);
+        assert_eq!(exited.last().unwrap().0, Phase::Cruise, "{exited:?}");
+        assert!(k.level < 2.0, "{}", k.level);
+        let alone = [0.06, 0.11, 0.07, 0.09, 0.05, 0.13, 0.08, 0.07, 0.1];
+        let steps = feed(&mut k, &one(&alone));
+        assert_eq!(k.phase, Phase::Startup, "{steps:?}");
+        // The resumed Startup's reference is that window, sent one at a
+        // time. A round whose answers took 1.5 times as long (a host of one
+        // worker after all, with the same tails, would take twice) is short
+        // of a queue beyond doubt on four answers, and nearer a queue of one
+        // than none: the
+        // level goes on, but the round does not join the reference (which
+        // would hide the queue from every round after it) nor make a clean
+        // level to come back to.
+        // (Its first round is at 1, clean: up to 2.)
+        let mut last = 0.2 + alone.iter().sum::<f64>();
+        for latency in [0.08, 0.07, 0.09, 0.08, 0.08, 0.07] {
+            if k.level >= 2.0 {
+                break;
+            }
+            feed(&mut k, &[(last, latency, 1)]);
+            last += latency;
+        }
+        assert_eq!((k.phase, k.level), (Phase::Startup, 2.0));
+        let reference = k.reference;
+        let doubt = [
+            (last, 0.08, 2),
+            (last, 0.2, 2),
+            (last + 0.08, 0.1, 2),
+            (last + 0.18, 0.18, 2),
+            (last + 0.2, 0.12, 2),
+        ];
+        let steps = feed(&mut k, &doubt);
+        assert_eq!(k.phase, Phase::Startup, "{steps:?}");
+        assert!(k.level > 2.0, "{steps:?}");
+        assert_eq!(k.reference, reference);
+        assert!(k.clean.is_none_or(|c| c < 2.0), "{:?}", k.clean);
+        // One worker: the round at 2 took twice as long as one alone,
+        // and the answers one at a time confirm it. The exit stands.
+        let mut k = Adaptive::default().knee();
+        feed(&mut k, &[(0.0, 0.1, 2)]);
+        let round = [
+            (0.101, 0.2, 2),
+            (0.102, 0.201, 2),
+            (0.103, 0.199, 2),
+            (0.302, 0.2, 2),
+        ];
+        let exited = feed(&mut k, &round);
+        assert_eq!(exited.last().unwrap().0, Phase::Cruise, "{exited:?}");
+        let steps = feed(
+            &mut k,
+            &one(&[0.1, 0.101, 0.099, 0.1, 0.1, 0.101, 0.099, 0.1, 0.1, 0.1]),
+        );
+        assert_eq!(k.phase, Phase::Cruise, "{steps:?}");
+        assert!(k.level < 2.0, "{}", k.level);
     }
 
     #[test]
