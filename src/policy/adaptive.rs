@@ -540,6 +540,15 @@ const NO_SERVICE_BASE: f64 = 0.05;
 /// Times closer than this (a nanosecond: below any timer's resolution)
 /// are the same instant.
 const SAME_INSTANT: f64 = 1e-9;
+/// Halfway, in log latency, between no queue and a queue of one request
+/// at window `w`'s count in flight `n` (one queued makes the latency `n /
+/// (n − 1)` times the host's, by Little's law): above it, a queue of one
+/// is the likelier of the two.
+fn halfway_to_one(w: &Acc) -> f64 {
+    let n = w.mean_in_flight().max(1.5);
+    (n / (n - 1.0)).ln() / 2.0
+}
+
 /// The fewest answers a window is judged on.
 const MIN_WINDOW: f64 = 4.0;
 /// The fewest answers in the reference before a window may cut the level:
@@ -1669,10 +1678,7 @@ impl Knee {
         }
         // A window opened when the limit was full was sent at the level.
         if (sized || self.bound()) && !self.refusing() {
-            let doubt = self.resumed && {
-                let n = self.window.mean_in_flight().max(1.5);
-                test.d >= (n / (n - 1.0)).ln() / 2.0
-            };
+            let doubt = self.resumed && test.d >= halfway_to_one(&self.window);
             if !doubt {
                 self.clean = Some(self.level);
                 // A clean level is the host's no-load latency too.
@@ -1744,30 +1750,21 @@ impl Knee {
         if test.df >= 4.0 {
             test.above(Z_EXIT) && queue >= Q_MIN
         } else {
-            let n = w.mean_in_flight().max(1.5);
-            let one = (n / (n - 1.0)).ln();
-            test.d >= one / 2.0 && queue >= Q_MIN
+            test.d >= halfway_to_one(w) && queue >= Q_MIN
         }
     }
 
     /// After an exit on few answers: whether the window that ended Startup
-    /// may have held a queue, judged against the reference as it is now
-    /// (at the exit, a reference of one or two answers may have been quick
-    /// by chance, and a host with heavy tails then left Startup at one
-    /// request in flight). Unless the window is now clean (within one
-    /// standard error of the reference, or with too few answers for a
-    /// t-test, nearer no queue than one), the exit stands: a host of one
-    /// worker with heavy tails, whose queue its few answers cannot show
-    /// beyond doubt, must not be ramped into it again and again.
+    /// still shows a queue, judged against the reference as it is now (at
+    /// the exit, a reference of one or two answers may have been quick by
+    /// chance, and a host with heavy tails then left Startup at one
+    /// request in flight), by the rule that ended Startup on few answers:
+    /// the likelier of no queue and a queue of one.
     fn exit_stands(&self) -> bool {
         let Some(trigger) = self.cruising().weak_trigger else {
             return true;
         };
-        let Some(test) = Test::new(&trigger, &self.reference) else {
-            return true;
-        };
-        let n = trigger.mean_in_flight().max(1.5);
-        test.d >= (n / (n - 1.0)).ln() / 2.0
+        Test::new(&trigger, &self.reference).is_none_or(|t| t.d >= halfway_to_one(&trigger))
     }
 
     /// Startup met a queue: on to Cruise at the estimated knee.
