@@ -412,8 +412,7 @@ impl Adaptive {
             run: Acc::default(),
             run_at: f64::NEG_INFINITY,
             cruising: None,
-            weak_exit: false,
-            resumed: false,
+            resumed_on_noise: false,
             ramp: Ramp::Round,
             remeasuring: false,
             provisional: true,
@@ -861,12 +860,10 @@ pub(crate) struct Knee {
     /// What Cruise keeps of the knee (boxed: a slot that never left
     /// Startup, as most in a broad crawl, has none).
     cruising: Option<Box<Cruising>>,
-    /// Startup ended on a small sample: the first window after may find
-    /// it spurious, and resume it.
-    weak_exit: bool,
-    /// Startup resumed after its exit proved noise: its reference is a
-    /// window sent one at a time, which rounds in doubt do not join.
-    resumed: bool,
+    /// Startup resumed after its exit proved noise (see
+    /// [`Cruising::weak_trigger`]): its reference is a window sent one at
+    /// a time, which rounds in doubt do not join.
+    resumed_on_noise: bool,
     /// How Startup's window at this level is taken (see `startup_round`).
     ramp: Ramp,
     /// A window was opened afresh on a run of answers far from the
@@ -938,7 +935,9 @@ struct Cruising {
     /// Startup ended on part of a window sent at the full level: the rest
     /// of its answers, still out, tell the knee better.
     exit: Option<Box<ExitWindow>>,
-    /// The window that ended Startup on few answers, to judge again.
+    /// The window that ended Startup on a small sample, until the first
+    /// window after judges it again (and may find it spurious, and resume
+    /// Startup).
     weak_trigger: Option<Acc>,
 }
 
@@ -1678,7 +1677,7 @@ impl Knee {
         }
         // A window opened when the limit was full was sent at the level.
         if (sized || self.bound()) && !self.refusing() {
-            let doubt = self.resumed && test.d >= halfway_to_one(&self.window);
+            let doubt = self.resumed_on_noise && test.d >= halfway_to_one(&self.window);
             if !doubt {
                 self.clean = Some(self.level);
                 // A clean level is the host's no-load latency too.
@@ -1754,24 +1753,20 @@ impl Knee {
         }
     }
 
-    /// After an exit on few answers: whether the window that ended Startup
-    /// still shows a queue, judged against the reference as it is now (at
-    /// the exit, a reference of one or two answers may have been quick by
-    /// chance, and a host with heavy tails then left Startup at one
-    /// request in flight), by the rule that ended Startup on few answers:
-    /// the likelier of no queue and a queue of one.
-    fn exit_stands(&self) -> bool {
-        let Some(trigger) = self.cruising().weak_trigger else {
-            return true;
-        };
-        Test::new(&trigger, &self.reference).is_none_or(|t| t.d >= halfway_to_one(&trigger))
+    /// After an exit on few answers: whether `trigger`, the window that
+    /// ended Startup, still shows a queue, judged against the reference as
+    /// it is now (at the exit, a reference of one or two answers may have
+    /// been quick by chance, and a host with heavy tails then left Startup
+    /// at one request in flight), by the rule that ended Startup on few
+    /// answers: the likelier of no queue and a queue of one.
+    fn exit_stands(&self, trigger: &Acc) -> bool {
+        Test::new(trigger, &self.reference).is_none_or(|t| t.d >= halfway_to_one(trigger))
     }
 
     /// Startup met a queue: on to Cruise at the estimated knee.
     fn exit_startup(&mut self, c: f64, headroom: f64, test: &Test, at: f64, early: bool) {
-        self.resumed = false;
-        self.weak_exit = test.df < 8.0;
-        let trigger = self.weak_exit.then_some(self.window);
+        self.resumed_on_noise = false;
+        let trigger = (test.df < 8.0).then_some(self.window);
         self.cruising_mut().weak_trigger = trigger;
         self.cruising_mut().knee = c;
         self.cruising_mut().headroom = headroom;
@@ -1960,7 +1955,7 @@ impl Knee {
             // The window that replaces Startup's reference holds as many
             // answers.
             want = want.max(self.reference.n);
-            if self.weak_exit && self.reference.n < MIN_REFERENCE {
+            if self.cruising().weak_trigger.is_some() && self.reference.n < MIN_REFERENCE {
                 // After an exit against a reference of a few answers, the
                 // window that tells whether it was noise (see
                 // `exit_stands`) need not wait for a full window's.
@@ -1997,23 +1992,20 @@ impl Knee {
                 // Below the knee (or more spread than a queue makes it),
                 // and long: the no-load latency, unbiased.
                 self.reference = self.window;
-                if self.weak_exit && self.bound() && !self.exit_stands() {
+                let trigger = self.cruising().weak_trigger;
+                if trigger.is_some_and(|t| self.bound() && !self.exit_stands(&t)) {
                     // Against the reference the window just made, the
                     // exit was noise: resume Startup from here.
-                    self.weak_exit = false;
                     self.cruising_mut().weak_trigger = None;
                     self.resume_startup();
-                    self.resumed = true;
+                    self.resumed_on_noise = true;
                 }
                 self.reset_window(at);
                 return;
             }
         }
-        if self.weak_exit {
-            self.weak_exit = false;
-            let stands = self.exit_stands();
-            self.cruising_mut().weak_trigger = None;
-            if !stands && self.bound() {
+        if let Some(trigger) = self.cruising_mut().weak_trigger.take() {
+            if !self.exit_stands(&trigger) && self.bound() {
                 // Startup ended on noise: resume it from here.
                 self.resume_startup();
                 self.reset_window(at);
