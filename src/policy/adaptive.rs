@@ -192,8 +192,11 @@ policy_params! {
     ///   falls less than that but ends nearer the reference than the
     ///   window it tests (halfway between that window and what a queue
     ///   would leave: its latency halved, not below the reference), once
-    ///   it holds 16 answers (what replacing a reference takes), shows no
-    ///   slower host: the reference stays (made of both windows, it would
+    ///   it holds 16 answers (what replacing a reference takes; with fewer
+    ///   it waits for more, unless the reference holds fewer answers than
+    ///   the windows above it, which then make the reference of a slower
+    ///   host), shows no slower host: the reference stays (made of both
+    ///   windows, it would
     ///   hold the queue, as a raise's queue of 1 % on a thousand workers
     ///   did, read as clean for 50 s after), and the level and knee come
     ///   back for the windows at the level to judge afresh; unless the
@@ -2301,9 +2304,30 @@ impl Knee {
             // that cut was above the reference too: two windows in a row
             // above it are a queue, as at the level, and the cut stands.
             let drained = (candidate.mean - std::f64::consts::LN_2).max(self.reference.mean);
-            let nearer = !v.more
-                && self.window.mean < (candidate.mean + drained) / 2.0
-                && self.window.n >= 2.0 * MIN_REFERENCE;
+            let nearer_mean = self.window.mean < (candidate.mean + drained) / 2.0;
+            // Nearer the reference on fewer answers than replacing one
+            // takes: a slower host only if the reference weighs less than
+            // the windows above it; else more answers at this level tell.
+            // (Taken for a slower host at once, 8 answers at half made a
+            // reference of a queue of 2 on 16 workers, and every probe
+            // above the knee read clean against it after.)
+            let contested = candidate.n
+                + if v.trigger == candidate {
+                    0.0
+                } else {
+                    v.trigger.n
+                };
+            if !v.more
+                && !fell
+                && nearer_mean
+                && self.window.n < 2.0 * MIN_REFERENCE
+                && self.reference.n >= contested
+            {
+                self.cruising_mut().verify = Some(Box::new(v));
+                self.closed = None;
+                return;
+            }
+            let nearer = !v.more && nearer_mean && self.window.n >= 2.0 * MIN_REFERENCE;
             let twice = v.trigger != candidate
                 && Test::new(&v.trigger, &self.reference).is_some_and(|t| t.above(Z_CUT));
             if fell || nearer && below && twice {
@@ -3698,6 +3722,43 @@ mod tests {
         );
         assert_eq!(k.level, 17.27);
         assert!(k.reference.n > 16.0, "{:?}", k.reference);
+    }
+
+    #[test]
+    fn a_few_answers_at_half_wait_for_more_against_a_reference_of_more() {
+        // 16 workers at 50 ms ± 10 % (a log spread of 0.058), a reference
+        // of 52 answers. A raise to 17.5 held a queue (55.1 ms, 18
+        // answers), the cut to 15.2 still read 52.4 ms (15 answers), and 8
+        // answers at half of that came back at 50.9 ms: nearer the
+        // reference, but fewer than replacing one takes. Against a
+        // reference of more answers than both windows above it, they wait
+        // for more (before: a slower host at once, a reference made of the
+        // two windows at 15.2 and 7.6, 51.9 ms, and against it every probe
+        // at 17 read clean: drop, seed 9, never settled after the
+        // recovery).
+        let reference = spread(0.0506, 0.058, 52, 16.0);
+        let trigger = spread(0.0551, 0.058, 18, 17.4);
+        let candidate = spread(0.0524, 0.058, 15, 15.2);
+        let v = Verify {
+            trigger,
+            level: 15.24,
+            knee: 15.24,
+            deeper: Some(candidate),
+            more: false,
+        };
+        let mut k = verifying(reference, 7.62, spread(0.0509, 0.058, 8, 7.6));
+        k.verify(v, 100.0);
+        assert_eq!(k.level, 7.62);
+        assert_eq!(k.reference, reference);
+        let waiting = k.cruising_mut().verify.take().expect("still verifying");
+        // Sixteen answers there: no slower host. The reference stays, and
+        // the level comes back.
+        k.window = spread(0.0508, 0.058, 16, 7.6);
+        k.counted = 16;
+        k.verify(*waiting, 100.2);
+        assert_eq!(k.level, 15.24);
+        assert_eq!(k.reference, reference);
+        assert!(k.cruising().verify.is_none());
     }
 
     #[test]
