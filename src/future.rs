@@ -165,6 +165,10 @@ where
     /// Starts the request: sent at once to `service` itself when its slot
     /// admitted it as it joined and `service` is ready at once; otherwise
     /// with a clone of `service`, driven to readiness once admitted.
+    // Inlined into `call`, so that the request is not copied into one more
+    // argument on its way to the inner service (callgrind: 2 memcpy of
+    // 224 bytes a request fewer).
+    #[inline(always)]
     pub(crate) fn new(
         start: Start,
         service: &mut S,
