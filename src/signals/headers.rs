@@ -132,6 +132,14 @@ impl fmt::Debug for RateLimit {
     }
 }
 
+/// Whether a field of `headers` is named `ratelimit…`, as every field
+/// [`rate_limit`] reads is: without one, it finds nothing.
+pub(crate) fn names_rate_limit(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|name| name.as_str().starts_with("ratelimit"))
+}
+
 /// Reads the rate-limit fields of a response, if it has any.
 ///
 /// Understood, and combined by taking the most restrictive:
@@ -170,10 +178,7 @@ pub fn rate_limit(
 ) -> Result<Option<RateLimit>, HeaderError> {
     // Every field read below is named `ratelimit…`: one pass over the names
     // spares the lookups for the many responses that carry none.
-    if !headers
-        .keys()
-        .any(|name| name.as_str().starts_with("ratelimit"))
-    {
+    if !names_rate_limit(headers) {
         return Ok(None);
     }
     let policies = match joined(headers, "ratelimit-policy") {

@@ -88,6 +88,11 @@ pub(crate) fn hints(status: StatusCode, headers: &HeaderMap, max: Duration, slot
             }
         }
     }
+    // The common case, no `RateLimit` field: nothing more to read (the
+    // same test `rate_limit` starts with, without its result to unpack).
+    if !headers::names_rate_limit(headers) {
+        return hints;
+    }
     match headers::rate_limit(headers, max) {
         Ok(limit) => {
             let window = match limit {
