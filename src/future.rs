@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
 
 use http::Response;
 use http_body::Body;
@@ -65,7 +66,11 @@ pin_project! {
             #[pin]
             future: F,
             permit: Option<Permit>,
-            started: Instant,
+            // When it was sent, on the slots' clock (see
+            // `SlotTable::since_epoch`): the answer's instant on that
+            // clock gives both its latency and its `at`, for one
+            // difference of `Instant`s.
+            started: Duration,
         },
         // The inner service failed its readiness when the request was
         // called: the error, already reported to the slot.
@@ -273,7 +278,7 @@ where
                                 .request
                                 .take()
                                 .expect("the request is taken only here");
-                            let started = Instant::now();
+                            let started = this.shared.table.since_epoch(Instant::now());
                             let future = before.service.call(request);
                             this.state.set(State::Calling {
                                 future,
@@ -290,7 +295,9 @@ where
                 } => {
                     let result = ready!(future.poll(cx));
                     let now = Instant::now();
-                    let latency = now.saturating_duration_since(*started);
+                    // Both at or after the epoch: `now - started`, exactly.
+                    let since = this.shared.table.since_epoch(now);
+                    let latency = since.saturating_sub(*started);
                     let mut permit = permit.take().expect("the permit is taken only here");
                     this.state.set(State::Done);
                     let response = match result {
@@ -310,6 +317,7 @@ where
                     this.shared.end_response(
                         &mut permit,
                         now,
+                        since.as_secs_f64(),
                         latency,
                         parts.status,
                         &parts.headers,

@@ -107,6 +107,7 @@ impl Place {
         self.shared.end_response(
             &mut self.permit,
             now,
+            self.shared.table.clock(now),
             latency,
             status,
             headers,

@@ -153,6 +153,7 @@ impl Middleware for AutoThrottleMiddleware {
             shared.end_response(
                 &mut permit,
                 now,
+                shared.table.clock(now),
                 latency,
                 response.status(),
                 response.headers(),

@@ -38,8 +38,9 @@ pub(crate) struct Shared {
 /// How a request starts: admitted by its slot at once, in its slot's
 /// queue, or resolving the host that names its slot.
 pub(crate) enum Start {
-    /// Its place, and the instant it was admitted at.
-    Admitted(Permit, Instant),
+    /// Its place, and the instant it was admitted at, on the slots' clock
+    /// (see [`SlotTable::since_epoch`]).
+    Admitted(Permit, Duration),
     Queued(Waiting),
     Resolving(BoxFuture<SlotKey>),
 }
@@ -119,8 +120,9 @@ impl Shared {
     /// Joins the back of `key`'s queue (creating the slot if needed), or
     /// goes through at once.
     pub(crate) fn enqueue(&self, key: SlotKey) -> Joined {
-        self.table
-            .with_slot(key, |slot| Waiting::enqueue(Arc::clone(slot)))
+        self.table.with_slot(key, |slot| {
+            Waiting::enqueue(Arc::clone(slot), self.table.epoch())
+        })
     }
 
     /// Keys a request by its head and starts it: in its slot's queue now (so
@@ -180,7 +182,7 @@ impl Shared {
         if !same || !self.cacheable(extensions) {
             return None;
         }
-        Waiting::try_enqueue(Arc::clone(&memo.slot)).map(Start::from)
+        Waiting::try_enqueue(Arc::clone(&memo.slot), self.table.epoch()).map(Start::from)
     }
 
     fn start_keyed(&self, parts: &Parts) -> Start {
@@ -195,7 +197,9 @@ impl Shared {
                 // The common case: no allocation when the slot exists.
                 Choice::Text(text) => self
                     .table
-                    .with_slot_str(text, |slot| Waiting::enqueue(Arc::clone(slot)))
+                    .with_slot_str(text, |slot| {
+                        Waiting::enqueue(Arc::clone(slot), self.table.epoch())
+                    })
                     .into(),
                 Choice::Key(key) => self.enqueue(key).into(),
                 Choice::Resolve { host, fallback } => match &self.dns {
@@ -359,12 +363,15 @@ impl Shared {
     /// Feeds a response to its slot, logs the adjustment and shares a pause
     /// the server asked for with the fleet. With `release` (the response's
     /// body is over already, or the caller drops the permit next), the
-    /// place goes back under the same lock.
+    /// place goes back under the same lock. `at` is `now` on the slots'
+    /// clock (`self.table.clock(now)`, which the future has from the
+    /// difference that gave it the latency).
     #[allow(clippy::too_many_arguments)] // internal; shared by the future and the reqwest middleware
     pub(crate) fn end_response(
         &self,
         permit: &mut Permit,
         now: Instant,
+        at: f64,
         latency: Duration,
         status: StatusCode,
         headers: &HeaderMap,
@@ -375,7 +382,6 @@ impl Shared {
         let max = self.config.max_retry_after;
         let hints = signals::hints(status, headers, max, permit.slot().key.as_str());
         let outcome = Outcome::of_status(status);
-        let at = self.table.clock(now);
         let adjustment = permit.end(
             now,
             at,

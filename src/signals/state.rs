@@ -204,16 +204,19 @@ impl Signals {
     /// jitter factor. A gap that a pause forced (the pause ended between the
     /// two dispatches) says nothing of the rate the slot had: it is left out,
     /// so that a backoff is never sized from it.
-    pub(crate) fn on_dispatch(&mut self, now: Instant, previous: Option<Instant>) {
+    ///
+    /// `previous` is the previous dispatch, if any, and the gap since it in
+    /// nanoseconds (`OptNanos::nanos(now - previous)`, which the caller
+    /// has without a difference of `Instant`s).
+    pub(crate) fn on_dispatch(&mut self, now: Instant, previous: Option<(Instant, u64)>) {
         let forced = self
             .paused_until()
-            .is_some_and(|until| previous.is_some_and(|p| p < until) && until <= now);
-        if let Some(previous) = previous.filter(|_| !forced) {
+            .is_some_and(|until| previous.is_some_and(|(p, _)| p < until) && until <= now);
+        if let Some((_, gap)) = previous.filter(|_| !forced) {
             // In nanoseconds, `(7 i + gap) / 8` is what the same on
             // `Duration`s gives (a second is a multiple of 8 ns), without
             // its normalizations; the sum in `u128` cannot overflow, and
             // the mean is never above the larger of the two.
-            let gap = OptNanos::nanos(now.saturating_duration_since(previous));
             self.interval = OptNanos::from_nanos(match self.interval.get_nanos() {
                 Some(i) => ((u128::from(i) * 7 + u128::from(gap)) / 8) as u64,
                 None => gap,
@@ -393,6 +396,15 @@ fn weight(own: Option<Duration>, fleet: Option<Duration>) -> u32 {
 mod tests {
     use super::*;
 
+    /// A dispatch at `now`, after one at `previous`: the gap as the gate
+    /// computes it on the table's clock, here from the two instants.
+    fn dispatch(s: &mut Signals, now: Instant, previous: Option<Instant>) {
+        s.on_dispatch(
+            now,
+            previous.map(|p| (p, OptNanos::nanos(now.saturating_duration_since(p)))),
+        );
+    }
+
     const MS: Duration = Duration::from_millis(1);
 
     fn policy(delay_ms: u64, limit: usize) -> Throttle {
@@ -405,8 +417,8 @@ mod tests {
         let mut s = Signals::new(0.0, 0);
         let p = policy(100, 8);
         // Dispatches 100 ms apart.
-        s.on_dispatch(t0, None);
-        s.on_dispatch(t0 + 100 * MS, Some(t0));
+        dispatch(&mut s, t0, None);
+        dispatch(&mut s, t0 + 100 * MS, Some(t0));
         let r = s.on_outcome(t0 + 150 * MS, Outcome::Overload, 2, 10, &p, false);
         assert_eq!(
             r,
@@ -461,8 +473,8 @@ mod tests {
         let mut s = Signals::new(0.0, 0);
         let p = policy(0, 4);
         // Dispatches every 100 ms, then an overload: backoff 200 ms.
-        s.on_dispatch(t0, None);
-        s.on_dispatch(t0 + 100 * MS, Some(t0));
+        dispatch(&mut s, t0, None);
+        dispatch(&mut s, t0 + 100 * MS, Some(t0));
         s.on_outcome(t0, Outcome::Overload, 2, 2, &p, false);
         assert_eq!(s.backoff().0, 200 * MS);
         let mut n = 0;
@@ -482,8 +494,8 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Signals::new(0.0, 0);
         let p = policy(0, 8);
-        s.on_dispatch(t0, None);
-        s.on_dispatch(t0 + 100 * MS, Some(t0));
+        dispatch(&mut s, t0, None);
+        dispatch(&mut s, t0 + 100 * MS, Some(t0));
         let r = s.on_outcome(t0 + 150 * MS, Outcome::Overload, 2, 10, &p, true);
         assert_eq!(
             r,
@@ -508,16 +520,16 @@ mod tests {
         // One worker of four: its own dispatches 200 ms apart, the fleet's
         // 50 ms apart.
         let mut s = Signals::new(0.0, 0);
-        s.on_dispatch(t0, None);
-        s.on_dispatch(t0 + 200 * MS, Some(t0));
+        dispatch(&mut s, t0, None);
+        dispatch(&mut s, t0 + 200 * MS, Some(t0));
         s.on_fleet_dispatch(50 * MS);
         s.on_outcome(t0, Outcome::Overload, 2, 2, &p, false);
         // Twice the fleet's spacing, not twice this worker's (400 ms).
         assert_eq!(s.backoff(), (100 * MS, Some(2)));
         // One process dispatching every 50 ms.
         let mut alone = Signals::new(0.0, 0);
-        alone.on_dispatch(t0, None);
-        alone.on_dispatch(t0 + 50 * MS, Some(t0));
+        dispatch(&mut alone, t0, None);
+        dispatch(&mut alone, t0 + 50 * MS, Some(t0));
         alone.on_outcome(t0, Outcome::Overload, 2, 2, &p, false);
         assert_eq!(alone.backoff(), s.backoff());
         // One success of this worker stands for four of the fleet's.
@@ -538,11 +550,11 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Signals::new(0.0, 0);
         let (mut at, mut reference): (Instant, Option<Duration>) = (t0, None);
-        s.on_dispatch(at, None);
+        dispatch(&mut s, at, None);
         for _ in 0..5_000 {
             let scale = [1e-9, 1e-6, 1e-3, 1.0, 3600.0][(next_unit(&mut rng) * 5.0) as usize];
             let gap = Duration::from_secs_f64(scale * 1000.0 * next_unit(&mut rng));
-            s.on_dispatch(at + gap, Some(at));
+            dispatch(&mut s, at + gap, Some(at));
             at += gap;
             reference = Some(match reference {
                 Some(i) => i.saturating_mul(7).saturating_add(gap) / 8,
@@ -556,16 +568,16 @@ mod tests {
     fn a_gap_a_pause_forced_is_not_the_slots_spacing() {
         let t0 = Instant::now();
         let mut s = Signals::new(0.0, 0);
-        s.on_dispatch(t0, None);
-        s.on_dispatch(t0 + 10 * MS, Some(t0));
+        dispatch(&mut s, t0, None);
+        dispatch(&mut s, t0 + 10 * MS, Some(t0));
         assert_eq!(s.interval(), Some(10 * MS));
         // A pause from 20 ms to 1 s: the next dispatch, at 1 s, is 990 ms
         // after the one before, which says nothing of the slot's rate.
         assert!(s.retry_after(t0 + 20 * MS, Duration::from_millis(980)));
-        s.on_dispatch(t0 + 1000 * MS, Some(t0 + 10 * MS));
+        dispatch(&mut s, t0 + 1000 * MS, Some(t0 + 10 * MS));
         assert_eq!(s.interval(), Some(10 * MS));
         // The next gap counts again.
-        s.on_dispatch(t0 + 1018 * MS, Some(t0 + 1000 * MS));
+        dispatch(&mut s, t0 + 1018 * MS, Some(t0 + 1000 * MS));
         assert_eq!(s.interval(), Some(11 * MS));
     }
 
@@ -606,7 +618,7 @@ mod tests {
         assert_eq!(s.effective(&p, t0).0, Duration::from_secs(1));
         let mut factors = Vec::new();
         for _ in 0..1000 {
-            s.on_dispatch(t0, None);
+            dispatch(&mut s, t0, None);
             factors.push(s.gap(Duration::from_secs(1)).as_secs_f64());
         }
         assert!(factors.iter().all(|f| (0.5..=1.5).contains(f)));
@@ -614,7 +626,7 @@ mod tests {
         assert!((mean - 1.0).abs() < 0.05, "{mean}");
         // Seeded: the same seed draws the same factors.
         let mut again = Signals::new(0.5, 42);
-        again.on_dispatch(t0, None);
+        dispatch(&mut again, t0, None);
         assert_eq!(again.gap(Duration::from_secs(1)).as_secs_f64(), factors[0]);
     }
 }

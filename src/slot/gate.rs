@@ -40,6 +40,7 @@ use super::{Adjustment, Slot, SlotState};
 use crate::fleet::{Lease, Local};
 use crate::policy::Outcome;
 use crate::signals::{Ended, Hints};
+use crate::time::OptNanos;
 
 /// A request waiting in its slot's queue.
 pub(crate) struct Waiting {
@@ -49,13 +50,16 @@ pub(crate) struct Waiting {
     /// The ticket in the slot's queue; `None` once admitted.
     ticket: Option<u64>,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The origin of the slots' clock (see [`SlotTable::since_epoch`](super::SlotTable::since_epoch)).
+    epoch: Instant,
 }
 
 /// How a request joined its slot: admitted at once, or in the queue.
 pub(crate) enum Joined {
     /// The queue was empty and the gate open: its place, and the instant it
-    /// was admitted at (the call's start).
-    Admitted(Permit, Instant),
+    /// was admitted at (the call's start), on the slots' clock (since the
+    /// table's epoch).
+    Admitted(Permit, Duration),
     Queued(Waiting),
 }
 
@@ -85,30 +89,34 @@ enum Decision {
 
 impl Waiting {
     /// Joins the back of the slot's queue, or, when nobody waits and the
-    /// gate is open, goes through at once.
-    pub(crate) fn enqueue(slot: Arc<Slot>) -> Joined {
-        Self::join(slot, false).expect("only an evicted slot is refused")
+    /// gate is open, goes through at once. `epoch` is the origin of the
+    /// slots' clock (see [`SlotTable::since_epoch`](super::SlotTable::since_epoch)).
+    pub(crate) fn enqueue(slot: Arc<Slot>, epoch: Instant) -> Joined {
+        Self::join(slot, false, epoch).expect("only an evicted slot is refused")
     }
 
     /// [`enqueue`](Self::enqueue) into a slot held from before, unless it
     /// has been evicted from the table since (then `None`).
-    pub(crate) fn try_enqueue(slot: Arc<Slot>) -> Option<Joined> {
-        Self::join(slot, true)
+    pub(crate) fn try_enqueue(slot: Arc<Slot>, epoch: Instant) -> Option<Joined> {
+        Self::join(slot, true, epoch)
     }
 
-    fn join(slot: Arc<Slot>, check_evicted: bool) -> Option<Joined> {
+    fn join(slot: Arc<Slot>, check_evicted: bool, epoch: Instant) -> Option<Joined> {
         let now = Instant::now();
+        // The request's one clock difference until its answer, outside the
+        // lock (see `take_place`).
+        let since = now.saturating_duration_since(epoch);
         let ticket = {
             let mut state = slot.lock();
             if check_evicted && state.evicted {
                 return None;
             }
-            let now = state.not_before_last_dispatch(now);
+            let (now, since) = state.dispatch_instant(now, since, epoch);
             if state.waiters.is_empty() && matches!(open(&state, now), Decision::Admit) {
                 state.last_used = now;
-                let seq = take_place(&mut state, now);
+                let seq = take_place(&mut state, now, since);
                 drop(state);
-                return Some(Joined::Admitted(Permit::new(slot, seq), now));
+                return Some(Joined::Admitted(Permit::new(slot, seq), since));
             }
             let ticket = state.waiters.push();
             state.last_used = now;
@@ -118,6 +126,7 @@ impl Waiting {
             slot: Some(slot),
             ticket: Some(ticket),
             sleep: None,
+            epoch,
         }))
     }
 
@@ -142,14 +151,15 @@ impl Waiting {
         };
         loop {
             let now = Instant::now();
+            let since = now.saturating_duration_since(self.epoch);
             let decision = {
                 let mut state = slot.lock();
-                let now = state.not_before_last_dispatch(now);
+                let (now, since) = state.dispatch_instant(now, since, self.epoch);
                 let decision = decide(&state, ticket, now);
                 match decision {
                     Decision::Admit => {
                         state.waiters.remove(&ticket);
-                        let seq = take_place(&mut state, now);
+                        let seq = take_place(&mut state, now, since);
                         // The next request is now the head: it has to start
                         // its own wait for spacing.
                         let next = state.take_head_waker();
@@ -190,13 +200,22 @@ impl Waiting {
     }
 }
 
-/// Takes an in-flight place and records the dispatch; the request's
+/// Takes an in-flight place and records the dispatch at `now` (`since` the
+/// table's epoch, see [`SlotState::dispatch_instant`]); the request's
 /// dispatch number.
-fn take_place(state: &mut SlotState, now: Instant) -> u64 {
+///
+/// The gap since the previous dispatch is the difference of the two on
+/// the table's clock, in nanoseconds: what `now - previous` gives, both
+/// being at or after the epoch, without a difference of `Instant`s.
+fn take_place(state: &mut SlotState, now: Instant, since: Duration) -> u64 {
     state.in_flight += 1;
     state.dispatched += 1;
     let previous = state.last_dispatch.replace(now);
-    state.signals.on_dispatch(now, previous);
+    let at = OptNanos::nanos(since);
+    let previous_at = std::mem::replace(&mut state.last_dispatch_at, at);
+    state
+        .signals
+        .on_dispatch(now, previous.map(|p| (p, at.saturating_sub(previous_at))));
     state.dispatched
 }
 
@@ -210,7 +229,7 @@ fn decide(state: &SlotState, ticket: u64, now: Instant) -> Decision {
 /// Whether the gate lets the head of the queue through now.
 ///
 /// `now` is never before the slot's last dispatch (see
-/// [`SlotState::not_before_last_dispatch`]).
+/// [`SlotState::dispatch_instant`]).
 #[inline]
 fn open(state: &SlotState, now: Instant) -> Decision {
     open_quiet(state).unwrap_or_else(|| open_spaced(state, now))
@@ -493,7 +512,7 @@ mod tests {
         // first: the slot's last dispatch is later than this thread's `now`.
         let later = Instant::now() + Duration::from_micros(3);
         slot.lock().last_dispatch = Some(later);
-        let joined = Waiting::enqueue(Arc::clone(&slot));
+        let joined = Waiting::enqueue(Arc::clone(&slot), Instant::now());
         assert!(matches!(joined, Joined::Admitted(..)), "it waits");
         let state = slot.lock();
         assert!(state.waiters.is_empty());

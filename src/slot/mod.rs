@@ -60,6 +60,11 @@ pub(crate) struct SlotState {
     /// flight on one slot would take terabytes of futures first).
     pub(crate) in_flight: u32,
     pub(crate) last_dispatch: Option<Instant>,
+    /// `last_dispatch` on the table's clock, in nanoseconds since its
+    /// epoch (see [`SlotTable::since_epoch`]); 0 before the first: the gap
+    /// between two dispatches is the difference of two integers, where a
+    /// difference of two `Instant`s takes about 50 instructions.
+    pub(crate) last_dispatch_at: u64,
     /// When a request last joined, left or finished here.
     pub(crate) last_used: Instant,
     /// Waiting requests by ticket; the first entry is the head of the queue.
@@ -154,6 +159,7 @@ impl Slot {
                 policy: Held::new(policy),
                 in_flight: 0,
                 last_dispatch: None,
+                last_dispatch_at: 0,
                 last_used: Instant::now(),
                 waiters: Waiters::default(),
                 last_latency: OptNanos::NONE,
@@ -405,9 +411,19 @@ impl SlotState {
     /// `now`, read before the lock was taken, or the slot's last dispatch
     /// if another thread dispatched at a later instant in between: the
     /// slot's time never runs backwards, so a zero delay never makes a
-    /// request wait for an instant that has already passed.
-    pub(crate) fn not_before_last_dispatch(&self, now: Instant) -> Instant {
-        self.last_dispatch.map_or(now, |last| last.max(now))
+    /// request wait for an instant that has already passed. With it, the
+    /// same instant on the table's clock: `since` (`now` since `epoch`),
+    /// or the last dispatch since `epoch` when that is the later.
+    pub(crate) fn dispatch_instant(
+        &self,
+        now: Instant,
+        since: Duration,
+        epoch: Instant,
+    ) -> (Instant, Duration) {
+        match self.last_dispatch {
+            Some(last) if last > now => (last, last.saturating_duration_since(epoch)),
+            _ => (now, since),
+        }
     }
 
     /// Takes the waker of the request at the head of the queue, if any.

@@ -121,7 +121,19 @@ impl SlotTable {
     /// `now` on the slots' clock: seconds since the table was made, as
     /// policies get it in their samples.
     pub(crate) fn clock(&self, now: Instant) -> f64 {
-        now.saturating_duration_since(self.epoch).as_secs_f64()
+        self.since_epoch(now).as_secs_f64()
+    }
+
+    /// `now` on the slots' clock, as a duration since the table was made
+    /// (its [`epoch`](Self::epoch)).
+    #[inline]
+    pub(crate) fn since_epoch(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.epoch)
+    }
+
+    /// The origin of the slots' clock: the instant the table was made.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
     }
 
     /// Runs `f` on the slot for `key` (created with a fresh policy if it is
