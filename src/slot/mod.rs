@@ -184,6 +184,9 @@ impl Slot {
     /// policy, and applies the result.
     #[inline]
     pub(crate) fn on_end(&self, now: Instant, ended: Ended) -> Adjustment {
+        // In seconds once, for the smoothed latency and the sample (a
+        // `Duration`'s conversion to `f64` takes a dozen instructions).
+        let latest = ended.latency.as_secs_f64();
         let (adjustment, wake) = {
             let mut state = self.lock();
             let state = &mut *state;
@@ -192,7 +195,6 @@ impl Slot {
                 state.last_latency = OptNanos::some(ended.latency);
                 state.last_status = ended.status;
                 if ended.adjust {
-                    let latest = ended.latency.as_secs_f64();
                     let srtt = state
                         .latency()
                         .map_or(latest, |srtt| srtt + (latest - srtt) / 8.0);
@@ -234,15 +236,18 @@ impl Slot {
             if let Some(limit) = ended.hints.rate_limit {
                 state.signals.rate_limit(now, limit);
             }
-            let pause = ended.hints.pause().unwrap_or(Duration::ZERO);
+            // No pause: 0 seconds, as `Duration::ZERO` converts to,
+            // without the conversion.
+            let pause = ended.hints.pause().map_or(0.0, |pause| pause.as_secs_f64());
             let sample = match ended.status {
-                Some(status) => Sample::new(ended.latency, status),
-                None => Sample::error(ended.latency.as_secs_f64(), ended.outcome),
+                // As `Sample::new(ended.latency, status)`.
+                Some(status) => Sample::from_secs_f64(latest, status),
+                None => Sample::error(latest, ended.outcome),
             }
             .with_outcome(reaction.outcome)
             .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight as usize))
             .with_at(ended.at)
-            .with_pause(pause.as_secs_f64());
+            .with_pause(pause);
             if ended.adjust {
                 state.throttle = state.policy.on_sample(&sample);
             }
