@@ -132,18 +132,19 @@ where
         let span =
             tracing::debug_span!("autothrottle", method = %request.method(), uri = %request.uri());
         // A service that remembers nothing yet (a clone made for this one
-        // request) takes this thread's memory, and leaves its own there.
+        // request) uses this thread's memory, and leaves its own there.
         let fresh = self.recent.is_none();
-        if fresh {
-            self.recent = shared::recall(&self.shared);
-        }
+        let start = if fresh {
+            self.shared
+                .start_recalled(request.uri(), request.extensions())
+        } else {
+            self.shared
+                .start_recent(request.uri(), request.extensions(), &self.recent)
+        };
         // The request (224 bytes with an empty body) goes on from where the
         // caller put it on the common way: no move through a tuple or a
         // variable of its own. It is taken apart only on the longer way.
-        match self
-            .shared
-            .start_recent(request.uri(), request.extensions(), &mut self.recent)
-        {
+        match start {
             Some(start) => {
                 let pending = self.pending();
                 ResponseFuture::new(

@@ -74,15 +74,22 @@ thread_local! {
     static LAST: RefCell<Option<(Weak<Shared>, Recent)>> = const { RefCell::new(None) };
 }
 
-/// This thread's memory of the slot its last request through `shared`
-/// went to (see [`LAST`]).
-pub(crate) fn recall(shared: &Arc<Shared>) -> Option<Recent> {
-    LAST.with(|last| match &*last.borrow() {
-        Some((layer, recent)) if std::ptr::eq(layer.as_ptr(), Arc::as_ptr(shared)) => {
-            Some(recent.clone())
-        }
-        _ => None,
-    })
+impl Recent {
+    /// Whether `uri`'s scheme and authority spell the slot's key, byte for
+    /// byte: a request that differs only in case, or names a default port,
+    /// takes the longer way, to the same slot.
+    fn spelled_by(&self, uri: &Uri) -> bool {
+        let Some(authority) = uri.authority() else {
+            return false;
+        };
+        let scheme = uri.scheme().map_or("http", Scheme::as_str);
+        self.slot
+            .key
+            .as_str()
+            .strip_prefix(scheme)
+            .and_then(|rest| rest.strip_prefix("://"))
+            == Some(authority.as_str())
+    }
 }
 
 /// Makes `recent` this thread's memory for `shared`.
@@ -165,24 +172,39 @@ impl Shared {
         &self,
         uri: &Uri,
         extensions: &Extensions,
-        recent: &mut Option<Recent>,
+        recent: &Option<Recent>,
     ) -> Option<Start> {
         let memo = recent.as_ref()?;
-        let authority = uri.authority()?.as_str();
-        // Byte for byte: a request that differs only in case, or names a
-        // default port, takes the longer way, to the same slot.
-        let scheme = uri.scheme().map_or("http", Scheme::as_str);
-        let same = memo
-            .slot
-            .key
-            .as_str()
-            .strip_prefix(scheme)
-            .and_then(|rest| rest.strip_prefix("://"))
-            == Some(authority);
-        if !same || !self.cacheable(extensions) {
+        if !memo.spelled_by(uri) || !self.cacheable(extensions) {
             return None;
         }
         Waiting::try_enqueue(Arc::clone(&memo.slot), self.table.epoch()).map(Start::from)
+    }
+
+    /// [`start_recent`](Self::start_recent) with this thread's memory of
+    /// the slot its last request through this layer went to (see
+    /// [`LAST`]), for a service that remembers nothing yet. The memory
+    /// stays where it is: the slot is cloned once, into the request's
+    /// place (where a copy of the memory in the service took one more
+    /// reference, given back when the service dropped).
+    #[inline(never)]
+    pub(crate) fn start_recalled(
+        self: &Arc<Self>,
+        uri: &Uri,
+        extensions: &Extensions,
+    ) -> Option<Start> {
+        if !self.cacheable(extensions) {
+            return None;
+        }
+        let slot = LAST.with(|last| match &*last.borrow() {
+            Some((layer, recent))
+                if std::ptr::eq(layer.as_ptr(), Arc::as_ptr(self)) && recent.spelled_by(uri) =>
+            {
+                Some(Arc::clone(&recent.slot))
+            }
+            _ => None,
+        })?;
+        Waiting::try_enqueue(slot, self.table.epoch()).map(Start::from)
     }
 
     fn start_keyed(&self, parts: &Parts) -> Start {
