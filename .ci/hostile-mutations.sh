@@ -26,7 +26,7 @@ run() { env -u PROPTEST_CASES cargo test -q --release --all-features --test host
 
 # name | file | exact text (once) | replacement
 mutants=(
-  "pending-place-leaked|src/slot/gate.rs|        drop(self.lease.take());|        std::mem::forget(self._pending.take()); drop(self.lease.take());"
+  "pending-place-leaked|src/slot/gate.rs|        if let Some(lease) = self.lease.take() {|        std::mem::forget(self._pending.take()); if let Some(lease) = self.lease.take() {"
 )
 
 echo "== unmutated"
