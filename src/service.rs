@@ -116,6 +116,7 @@ where
     type Error = BoxError;
     type Future = ResponseFuture<S, Request<ReqBody>>;
 
+    #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         if self.permit.is_none() {
             if let Some(semaphore) = &mut self.semaphore {
