@@ -82,13 +82,19 @@ impl Recent {
         let Some(authority) = uri.authority() else {
             return false;
         };
+        let key = self.slot.key.as_str();
         let scheme = uri.scheme().map_or("http", Scheme::as_str);
-        self.slot
-            .key
-            .as_str()
-            .strip_prefix(scheme)
-            .and_then(|rest| rest.strip_prefix("://"))
-            == Some(authority.as_str())
+        // The two usual schemes as constants: a prefix of a length known
+        // at compile time is compared inline, where one known only at run
+        // time takes a call to `memcmp`.
+        let rest = match scheme {
+            "http" => key.strip_prefix("http://"),
+            "https" => key.strip_prefix("https://"),
+            _ => key
+                .strip_prefix(scheme)
+                .and_then(|rest| rest.strip_prefix("://")),
+        };
+        rest == Some(authority.as_str())
     }
 }
 
