@@ -184,6 +184,7 @@ where
 impl<S> AutoThrottle<S> {
     /// The global place for a request being called: the one `poll_ready`
     /// reserved, or, without one, one taken now if free.
+    #[inline]
     fn pending(&mut self) -> Option<OwnedSemaphorePermit> {
         let mut pending = self.permit.take();
         if pending.is_none() {

@@ -63,12 +63,30 @@ pub(crate) struct Ended {
 }
 
 /// Reads the server's hints from a response, warning about malformed ones.
+///
+/// Inlined, for the common case: a status that carries no `Retry-After`
+/// the layer reads, and no `RateLimit` field, hint nothing (what the rest,
+/// out of line, finds then too).
+#[inline]
 pub(crate) fn hints(status: StatusCode, headers: &HeaderMap, max: Duration, slot: &str) -> Hints {
-    let mut hints = Hints::default();
-    if matches!(
+    if !overloaded(status) && !headers::names_rate_limit(headers) {
+        return Hints::default();
+    }
+    read_hints(status, headers, max, slot)
+}
+
+/// Whether `status` is one whose `Retry-After` the layer reads.
+fn overloaded(status: StatusCode) -> bool {
+    matches!(
         status,
         StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-    ) {
+    )
+}
+
+/// [`hints`], the whole way.
+fn read_hints(status: StatusCode, headers: &HeaderMap, max: Duration, slot: &str) -> Hints {
+    let mut hints = Hints::default();
+    if overloaded(status) {
         if let Some((value, date)) = headers::retry_after_of(headers) {
             match headers::retry_after(value, date, SystemTime::now()) {
                 Ok(wait) if wait > max => {
