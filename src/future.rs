@@ -66,10 +66,10 @@ pin_project! {
             #[pin]
             future: F,
             permit: Option<Permit>,
-            // When it was sent, on the slots' clock (see
-            // `SlotTable::since_epoch`): the answer's instant on that
-            // clock gives both its latency and its `at`, for one
-            // difference of `Instant`s.
+            // When it was sent, as the time since the table's origin (see
+            // `SlotTable::since_origin`): the answer's instant measured
+            // so gives both its latency and its `at`, for one difference
+            // of `Instant`s.
             started: Duration,
         },
         // The inner service failed its readiness when the request was
@@ -278,7 +278,7 @@ where
                                 .request
                                 .take()
                                 .expect("the request is taken only here");
-                            let started = this.shared.table.since_epoch(Instant::now());
+                            let started = this.shared.table.since_origin(Instant::now());
                             let future = before.service.call(request);
                             this.state.set(State::Calling {
                                 future,
@@ -295,8 +295,8 @@ where
                 } => {
                     let result = ready!(future.poll(cx));
                     let now = Instant::now();
-                    // Both at or after the epoch: `now - started`, exactly.
-                    let since = this.shared.table.since_epoch(now);
+                    // Both after the origin: `now - started`, exactly.
+                    let since = this.shared.table.since_origin(now);
                     let latency = since.saturating_sub(*started);
                     let mut permit = permit.take().expect("the permit is taken only here");
                     this.state.set(State::Done);
@@ -317,7 +317,7 @@ where
                     this.shared.end_response(
                         &mut permit,
                         now,
-                        since.as_secs_f64(),
+                        this.shared.table.clock_since(since),
                         latency,
                         parts.status,
                         &parts.headers,

@@ -38,8 +38,8 @@ pub(crate) struct Shared {
 /// How a request starts: admitted by its slot at once, in its slot's
 /// queue, or resolving the host that names its slot.
 pub(crate) enum Start {
-    /// Its place, and the instant it was admitted at, on the slots' clock
-    /// (see [`SlotTable::since_epoch`]).
+    /// Its place, and the instant it was admitted at, as the time since
+    /// the table's origin (see [`SlotTable::since_origin`]).
     Admitted(Permit, Duration),
     Queued(Waiting),
     Resolving(BoxFuture<SlotKey>),
@@ -134,7 +134,7 @@ impl Shared {
     /// goes through at once.
     pub(crate) fn enqueue(&self, key: SlotKey) -> Joined {
         self.table.with_slot(key, |slot| {
-            Waiting::enqueue(Arc::clone(slot), self.table.epoch())
+            Waiting::enqueue(Arc::clone(slot), self.table.origin())
         })
     }
 
@@ -184,7 +184,7 @@ impl Shared {
         if !memo.spelled_by(uri) || !self.cacheable(extensions) {
             return None;
         }
-        Waiting::try_enqueue(Arc::clone(&memo.slot), self.table.epoch()).map(Start::from)
+        Waiting::try_enqueue(Arc::clone(&memo.slot), self.table.origin()).map(Start::from)
     }
 
     /// [`start_recent`](Self::start_recent) with this thread's memory of
@@ -210,7 +210,7 @@ impl Shared {
             }
             _ => None,
         })?;
-        Waiting::try_enqueue(slot, self.table.epoch()).map(Start::from)
+        Waiting::try_enqueue(slot, self.table.origin()).map(Start::from)
     }
 
     fn start_keyed(&self, parts: &Parts) -> Start {
@@ -226,7 +226,7 @@ impl Shared {
                 Choice::Text(text) => self
                     .table
                     .with_slot_str(text, |slot| {
-                        Waiting::enqueue(Arc::clone(slot), self.table.epoch())
+                        Waiting::enqueue(Arc::clone(slot), self.table.origin())
                     })
                     .into(),
                 Choice::Key(key) => self.enqueue(key).into(),

@@ -452,3 +452,33 @@ async fn an_inner_service_not_ready_at_call_is_driven_by_the_future() {
     assert_eq!(snap.last_latency, Some(10 * MS));
     assert_eq!(slot(&layer, "http://a.test"), (0, 0));
 }
+
+/// A layer made outside a runtime whose clock is paused, and so behind the
+/// real clock the layer read when it was made, measures latencies exactly
+/// all the same: the gate and the future measure instants from long before
+/// the layer was made, never from an instant such a clock has not reached.
+#[test]
+fn a_layer_made_ahead_of_a_paused_clock_measures_latency_exactly() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    std::thread::sleep(20 * MS);
+    // Outside the runtime: the real clock, 20 ms ahead of the paused one.
+    let layer = scrapy_2012_layer();
+    rt.block_on(async {
+        let mut svc = layer.layer(server(Recorder::default()));
+        for (i, latency) in [237u32, 3, 41].into_iter().enumerate() {
+            let _response = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request("http://a.test/", i as u64, latency.into()))
+                .await
+                .unwrap();
+            let snap = layer.slot("http://a.test").unwrap();
+            assert_eq!(snap.last_latency, Some(latency * MS));
+        }
+    });
+}

@@ -51,15 +51,15 @@ pub(crate) struct Waiting {
     /// The ticket in the slot's queue; `None` once admitted.
     ticket: Option<u64>,
     sleep: Option<Pin<Box<Sleep>>>,
-    /// The origin of the slots' clock (see [`SlotTable::since_epoch`](super::SlotTable::since_epoch)).
-    epoch: Instant,
+    /// The instant the gate measures instants from (see [`SlotTable::since_origin`](super::SlotTable::since_origin)).
+    origin: Instant,
 }
 
 /// How a request joined its slot: admitted at once, or in the queue.
 pub(crate) enum Joined {
     /// The queue was empty and the gate open: its place, and the instant it
-    /// was admitted at (the call's start), on the slots' clock (since the
-    /// table's epoch).
+    /// was admitted at (the call's start), as the time since the table's
+    /// origin (see [`SlotTable::since_origin`](super::SlotTable::since_origin)).
     Admitted(Permit, Duration),
     Queued(Waiting),
 }
@@ -101,29 +101,29 @@ enum Decision {
 
 impl Waiting {
     /// Joins the back of the slot's queue, or, when nobody waits and the
-    /// gate is open, goes through at once. `epoch` is the origin of the
-    /// slots' clock (see [`SlotTable::since_epoch`](super::SlotTable::since_epoch)).
-    pub(crate) fn enqueue(slot: Arc<Slot>, epoch: Instant) -> Joined {
-        Self::join(slot, false, epoch).expect("only an evicted slot is refused")
+    /// gate is open, goes through at once. `origin` is the instant the
+    /// gate measures instants from (see [`SlotTable::since_origin`](super::SlotTable::since_origin)).
+    pub(crate) fn enqueue(slot: Arc<Slot>, origin: Instant) -> Joined {
+        Self::join(slot, false, origin).expect("only an evicted slot is refused")
     }
 
     /// [`enqueue`](Self::enqueue) into a slot held from before, unless it
     /// has been evicted from the table since (then `None`).
-    pub(crate) fn try_enqueue(slot: Arc<Slot>, epoch: Instant) -> Option<Joined> {
-        Self::join(slot, true, epoch)
+    pub(crate) fn try_enqueue(slot: Arc<Slot>, origin: Instant) -> Option<Joined> {
+        Self::join(slot, true, origin)
     }
 
-    fn join(slot: Arc<Slot>, check_evicted: bool, epoch: Instant) -> Option<Joined> {
+    fn join(slot: Arc<Slot>, check_evicted: bool, origin: Instant) -> Option<Joined> {
         let now = Instant::now();
         // The request's one clock difference until its answer, outside the
         // lock (see `take_place`).
-        let since = now.saturating_duration_since(epoch);
+        let since = now.saturating_duration_since(origin);
         let ticket = {
             let mut state = slot.lock();
             if check_evicted && state.evicted {
                 return None;
             }
-            let (now, since) = state.dispatch_instant(now, since, epoch);
+            let (now, since) = state.dispatch_instant(now, since, origin);
             if state.waiters.is_empty() && matches!(open(&state, now), Decision::Admit) {
                 state.last_used = now;
                 let seq = take_place(&mut state, now, since);
@@ -138,7 +138,7 @@ impl Waiting {
             slot: Some(slot),
             ticket: Some(ticket),
             sleep: None,
-            epoch,
+            origin,
         }))
     }
 
@@ -163,10 +163,10 @@ impl Waiting {
         };
         loop {
             let now = Instant::now();
-            let since = now.saturating_duration_since(self.epoch);
+            let since = now.saturating_duration_since(self.origin);
             let decision = {
                 let mut state = slot.lock();
-                let (now, since) = state.dispatch_instant(now, since, self.epoch);
+                let (now, since) = state.dispatch_instant(now, since, self.origin);
                 let decision = decide(&state, ticket, now);
                 match decision {
                     Decision::Admit => {
@@ -213,12 +213,12 @@ impl Waiting {
 }
 
 /// Takes an in-flight place and records the dispatch at `now` (`since` the
-/// table's epoch, see [`SlotState::dispatch_instant`]); the request's
+/// table's origin, see [`SlotState::dispatch_instant`]); the request's
 /// dispatch number.
 ///
-/// The gap since the previous dispatch is the difference of the two on
-/// the table's clock, in nanoseconds: what `now - previous` gives, both
-/// being at or after the epoch, without a difference of `Instant`s.
+/// The gap since the previous dispatch is the difference of the two as
+/// durations since the origin, in nanoseconds: what `now - previous`
+/// gives, both being after the origin, without a difference of `Instant`s.
 fn take_place(state: &mut SlotState, now: Instant, since: Duration) -> u64 {
     state.in_flight += 1;
     state.dispatched += 1;

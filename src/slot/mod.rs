@@ -60,8 +60,8 @@ pub(crate) struct SlotState {
     /// flight on one slot would take terabytes of futures first).
     pub(crate) in_flight: u32,
     pub(crate) last_dispatch: Option<Instant>,
-    /// `last_dispatch` on the table's clock, in nanoseconds since its
-    /// epoch (see [`SlotTable::since_epoch`]); 0 before the first: the gap
+    /// `last_dispatch` as the time since the table's origin, in
+    /// nanoseconds (see [`SlotTable::since_origin`]); 0 before the first: the gap
     /// between two dispatches is the difference of two integers, where a
     /// difference of two `Instant`s takes about 50 instructions.
     pub(crate) last_dispatch_at: u64,
@@ -417,16 +417,17 @@ impl SlotState {
     /// if another thread dispatched at a later instant in between: the
     /// slot's time never runs backwards, so a zero delay never makes a
     /// request wait for an instant that has already passed. With it, the
-    /// same instant on the table's clock: `since` (`now` since `epoch`),
-    /// or the last dispatch since `epoch` when that is the later.
+    /// same instant as the time since the table's origin: `since` (`now`
+    /// since `origin`), or the last dispatch since `origin` when that is
+    /// the later.
     pub(crate) fn dispatch_instant(
         &self,
         now: Instant,
         since: Duration,
-        epoch: Instant,
+        origin: Instant,
     ) -> (Instant, Duration) {
         match self.last_dispatch {
-            Some(last) if last > now => (last, last.saturating_duration_since(epoch)),
+            Some(last) if last > now => (last, last.saturating_duration_since(origin)),
             _ => (now, since),
         }
     }
