@@ -784,6 +784,18 @@ struct Sends {
 }
 
 impl Sends {
+    /// Adds the sends of a later window.
+    fn merge(&mut self, later: &Sends) {
+        if later.n == 0.0 {
+            return;
+        }
+        if self.n == 0.0 {
+            self.first = later.first;
+        }
+        self.last = later.last;
+        self.n += later.n;
+    }
+
     fn add(&mut self, sent: f64) {
         if self.n == 0.0 {
             self.first = sent;
@@ -1249,6 +1261,21 @@ impl Knee {
                 self.refused = next.refused;
             }
             None => self.open_window(at),
+        }
+    }
+
+    /// A closed window takes requests again: the answers that came while
+    /// it waited (the quicker ones, sent after it closed) are its own, or
+    /// it would read slow.
+    fn reopen_window(&mut self) {
+        self.closed = None;
+        if let Some(next) = self.after.take() {
+            self.window.merge(&next.window);
+            self.max_in_flight = self.max_in_flight.max(next.max_in_flight);
+            self.sends.merge(&next.sends);
+            self.slowest = self.slowest.max(next.slowest);
+            self.counted = self.counted.saturating_add(next.counted);
+            self.refused = self.refused.saturating_add(next.refused);
         }
     }
 
@@ -2322,7 +2349,7 @@ impl Knee {
                 && self.reference.n >= contested
             {
                 self.cruising_mut().verify = Some(Box::new(v));
-                self.closed = None;
+                self.reopen_window();
                 return;
             }
             let nearer = !v.more && nearer_mean && self.window.n >= 2.0 * MIN_REFERENCE;
@@ -3764,6 +3791,56 @@ mod tests {
         assert_eq!(k.level, 15.24);
         assert_eq!(k.reference, reference);
         assert!(k.cruising().verify.is_none());
+    }
+
+    #[test]
+    fn a_window_that_waits_for_more_keeps_the_answers_that_came_while_it_was_closed() {
+        // As above: 8 answers at half, nearer the reference than a
+        // reference of more answers, wait for more. The window had closed
+        // on its last requests out, and 4 answers to requests sent after
+        // it closed (quicker: sent later, back sooner) came meanwhile:
+        // they are the reopened window's (dropped, it kept only the
+        // slower answers that came first, and read slow).
+        let reference = spread(0.0506, 0.058, 52, 16.0);
+        let v = Verify {
+            trigger: spread(0.0551, 0.058, 18, 17.4),
+            level: 15.24,
+            knee: 15.24,
+            deeper: Some(spread(0.0524, 0.058, 15, 15.2)),
+            more: false,
+        };
+        let first = spread(0.0509, 0.058, 8, 7.6);
+        let mut k = verifying(reference, 7.62, first);
+        k.closed = Some(Closed {
+            at: 99.9,
+            left: 0,
+            deadline: 100.5,
+        });
+        let quick = spread(0.0500, 0.058, 4, 7.6);
+        k.after = Some(Box::new(Next {
+            window: quick,
+            max_in_flight: 8,
+            sends: Sends {
+                first: 99.92,
+                last: 99.98,
+                n: 4.0,
+            },
+            slowest: 0.06,
+            counted: 4,
+            refused: 0,
+        }));
+        k.verify(v, 100.0);
+        assert_eq!(k.level, 7.62);
+        assert!(k.cruising().verify.is_some(), "still verifying");
+        assert!(k.closed.is_none() && k.after.is_none());
+        let mut both = first;
+        both.merge(&quick);
+        assert_eq!(k.window, both);
+        assert_eq!((k.counted, k.max_in_flight, k.slowest), (12, 8, 0.06));
+        assert_eq!(
+            (k.sends.first, k.sends.last, k.sends.n),
+            (99.92, 99.98, 4.0)
+        );
     }
 
     #[test]
