@@ -190,7 +190,10 @@ policy_params! {
     ///   is beyond the noise (two standard errors) and the window at the
     ///   lower level was above the reference beyond doubt (five): one
     ///   less sure was chosen for being slow, and the window after it is
-    ///   quicker by regression alone. A slower host gets a new reference (both
+    ///   quicker by regression alone. A window at half three standard
+    ///   errors and more than `ln 2 / 2` below the reference, with 16
+    ///   answers or more, replaces it first (it held a queue), and the
+    ///   window above is judged against it. A slower host gets a new reference (both
     ///   windows) and its level and knee back. A window at half that
     ///   falls less than that but ends nearer the reference than the
     ///   window it tests (halfway between that window and what a queue
@@ -2297,6 +2300,21 @@ impl Knee {
             // slower, and `candidate` and this window are its no-load
             // latency now.
             self.cruising_mut().verify = None;
+            if !v.more
+                && test.below(Z_REBASE)
+                && test.d < -std::f64::consts::LN_2 / 2.0
+                && self.window.n >= 2.0 * MIN_REFERENCE
+            {
+                // Below the reference beyond doubt, by more than the
+                // threshold a halving is judged by, with what replacing one
+                // takes: the reference held a queue (Startup's short rounds
+                // on a host of one worker, where the noise hid it), and
+                // every verdict below would be taken against it. This
+                // window replaces it, and the window above is judged
+                // against what the host serves. (A smaller offset is the
+                // re-measure's to find.)
+                self.reference = self.window;
+            }
             // Halving the level halves a queue's latency (down to the
             // no-load one) and leaves a slower host's as it was: the
             // likelier of the two, with the threshold halfway. A queue
@@ -3884,6 +3902,37 @@ mod tests {
         k.verify(v, 100.0);
         assert_eq!(k.level, 8.0);
         assert_eq!(k.reference, reference);
+    }
+
+    #[test]
+    fn a_window_at_half_far_below_the_reference_replaces_it_first() {
+        // One worker at 1 s, log-normal σ 0.8: Startup's short rounds at 2
+        // and 4 in flight made a reference of 12 answers with a queue in
+        // it (2.3 s). The re-measure at 2.67 read above it (5.8 s, 12
+        // answers: 2.8 standard errors, not beyond doubt), and 32 answers
+        // at half of that came back at 0.94 s, 3.5 standard errors below
+        // the reference: it held a queue. The window replaces it, and
+        // against it the re-measure held a queue beyond doubt: a cut, not
+        // the level of 4 back on one worker (before: a standing queue of
+        // 2.3 for 100 s, w1-1000ms-ln0.8, seed 4).
+        let reference = spread(0.842_f64.exp(), 0.8, 12, 2.0);
+        let candidate = spread(1.75_f64.exp(), 0.8, 12, 2.67);
+        let window = spread((-0.063_f64).exp(), 0.8, 32, 1.33);
+        let t = Test::new(&candidate, &reference).unwrap();
+        assert!(t.above(Z_CUT) && !t.above(Z_SURE), "{t:?}");
+        let t = Test::new(&window, &reference).unwrap();
+        assert!(t.below(Z_REBASE), "{t:?}");
+        let v = Verify {
+            trigger: candidate,
+            level: 4.0,
+            knee: 4.0,
+            deeper: Some(candidate),
+            more: false,
+        };
+        let mut k = verifying(reference, 1.33, window);
+        k.verify(v, 100.0);
+        assert_eq!(k.reference, window);
+        assert!(k.level <= 1.33, "level {}", k.level);
     }
 
     #[test]
