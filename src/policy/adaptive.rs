@@ -1256,16 +1256,10 @@ impl Knee {
     fn reset_window(&mut self, at: f64) {
         match self.closed.take() {
             Some(closed) => {
-                let next = self.after.take().map_or_else(Next::default, |next| *next);
                 self.clear_window();
                 self.level_since = closed.at;
                 self.old = closed.left;
-                self.window = next.window;
-                self.max_in_flight = next.max_in_flight;
-                self.sends = next.sends;
-                self.slowest = next.slowest;
-                self.counted = next.counted;
-                self.refused = next.refused;
+                self.take_after();
             }
             None => self.open_window(at),
         }
@@ -1276,6 +1270,12 @@ impl Knee {
     /// it would read slow.
     fn reopen_window(&mut self) {
         self.closed = None;
+        self.take_after();
+    }
+
+    /// Adds the answers that came while the window was closed to it (to an
+    /// empty window, they are the whole of it).
+    fn take_after(&mut self) {
         if let Some(next) = self.after.take() {
             self.window.merge(&next.window);
             self.max_in_flight = self.max_in_flight.max(next.max_in_flight);
