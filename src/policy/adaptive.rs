@@ -321,7 +321,13 @@ policy_params! {
     ///   overloads of all events so far are within 0.5 % of all answers
     ///   since the first, plus one (the refusals that found a rate limit
     ///   at the start, 1.6 % of a crawl of 1 000 on the simulator's
-    ///   limit-req-fast, are paid before the first probe). Overload answers
+    ///   limit-req-fast, are paid before the first probe). Except after
+    ///   an event at a rate whose refusals alternated strictly with single
+    ///   successes (three refusals or more): that is what a bucket holding
+    ///   one token, nginx's `limit_req` without `burst`, serves of any rate
+    ///   up to twice its own, so half the rate may lie unused above the
+    ///   cut. Two probes then go at once, each sent back at its first
+    ///   refusal (see `FREE_PROBES`). Overload answers
     ///   never enter latency statistics, but they count against their
     ///   window: one
     ///   refused more often than noise explains (one standard error above
@@ -524,6 +530,25 @@ const MIN_SHARE_RUN: f64 = 4.0;
 /// at 2 %, whatever this minimum: two geometric intervals within one of
 /// each other; their cut is by the share they passed, a few per cent.
 const MIN_CLOCKWORK_RUN: u64 = 2;
+/// Refusals at one rate whose intervals each passed exactly one request,
+/// at least this many intervals (three refusals), are a bucket that holds
+/// a single token: see [`FREE_PROBES`].
+const MIN_ALTERNATIONS: u32 = 2;
+/// After an event on strict alternation, this many probes above the level
+/// go without waiting for the probe budget. A bucket that holds a single
+/// token (nginx's `limit_req` without `burst`, its stock setting) passes
+/// one request in two of any rate `r` between its own `R` and `2R`, so
+/// the share served, one half, bounds `R` from below only: the event's cut
+/// to `r / 2` may leave up to half the rate unused (0.52 to 0.87 of it on
+/// the unit grid's buckets of one token), for as long as the budget makes
+/// probes wait, longer than a crawl. Bisection between `r / 2` (served)
+/// and `r` (refused) leaves `R` within `r / 8` above the level in two
+/// probes, so the level is at least 4/5 of `R`; a failed probe costs one
+/// refusal (see [`Events::free_probe`]). Two, not three: a bucket that
+/// banks tokens, sent at about twice its rate, alternates as well and
+/// pays for each probe (with three, the simulator's limit-req-fast lost
+/// its goal on five seeds of fifteen).
+const FREE_PROBES: u8 = 2;
 /// The CUSUM's threshold: a log-likelihood ratio of 1000 to 1.
 const H_EVENT: f64 = 6.907_755_278_982_137;
 /// The cut of an overload when no cleaner level is known (BBRv2, CUBIC).
@@ -1090,6 +1115,14 @@ struct Events {
     /// first overload: probes keep the one within [`E_BUDGET`] of the other.
     event_overloads: u64,
     answers_all: u64,
+    /// Probes left that need not wait for the budget (see [`FREE_PROBES`]).
+    free_probes: u8,
+    /// The last free probe: the level it was raised from, and its own.
+    /// Until the level moves, the first refusal at it is the probe's
+    /// failure (a bucket of one token refuses the second request of a rate
+    /// above its own): the level goes back at once, for one refusal where
+    /// the CUSUM takes five.
+    free_probe: Option<(f64, f64)>,
 }
 
 /// Successive refusals at one rate (see [`Knee::periodic`]).
@@ -1099,6 +1132,9 @@ struct Refusals {
     level: f64,
     ok: u64,
     before: Option<u64>,
+    /// The intervals between refusals at this level, while each passed
+    /// exactly one request; `None` once one did not.
+    alternated: Option<u32>,
 }
 
 /// A controller's [`Events`] before any overload event.
@@ -1120,9 +1156,12 @@ static NO_EVENTS: Events = Events {
         level: f64::NAN,
         ok: 0,
         before: None,
+        alternated: Some(0),
     },
     event_overloads: 0,
     answers_all: 0,
+    free_probes: 0,
+    free_probe: None,
 };
 
 impl Knee {
@@ -2632,10 +2671,18 @@ impl Knee {
                 // at the start are paid before the first probe.)
                 let paid =
                     events.event_overloads as f64 <= E_BUDGET * events.answers_all as f64 + 1.0;
-                if self.answers_since_event as f64 >= budget && waited && paid {
+                // (Or a free probe: see `FREE_PROBES`.)
+                let free = events.free_probes > 0;
+                if (free || (self.answers_since_event as f64 >= budget && paid)) && waited {
                     let probe =
                         (events.err_ceiling + events.err_hi.min(2.0 * events.err_ceiling)) / 2.0;
                     self.set_level(probe.max(level + self.min_step()), at);
+                    if free {
+                        let probe = self.level;
+                        let events = self.events_mut();
+                        events.free_probes -= 1;
+                        events.free_probe = Some((level, probe));
+                    }
                 }
             }
         }
@@ -2767,6 +2814,11 @@ impl Knee {
             level,
             ok: 0,
             before: same.then_some(last.ok),
+            alternated: match last.alternated {
+                _ if !same => Some(0),
+                Some(k) if last.ok == 1 => Some(k.saturating_add(1)),
+                _ => None,
+            },
         };
         let (Some(before), Some(unit)) = (last.before.filter(|_| same), unit) else {
             return false;
@@ -2790,6 +2842,32 @@ impl Knee {
         true
     }
 
+    /// A refusal at the level of the last free probe (see
+    /// [`Events::free_probe`]): the probe failed, and the level goes back
+    /// to the one it was raised from, with the probe's as the level that
+    /// failed. Whether it did.
+    fn free_probe_failed(&mut self, at: f64) -> bool {
+        let level = self.level;
+        let events = self.events_mut();
+        let Some((from, probe)) = events.free_probe.take() else {
+            return false;
+        };
+        if level != probe {
+            return false;
+        }
+        events.event_overloads = events.event_overloads.saturating_add(1);
+        events.err_hi = probe;
+        events.err_ceiling = from;
+        events.last_event = at;
+        events.event_errors = 1;
+        events.event_pause = 0.0;
+        self.answers_since_event = 0;
+        self.clean = None;
+        self.cruising_mut().step = self.min_step();
+        self.set_level(from, at);
+        true
+    }
+
     fn on_overload(&mut self, at: f64, sent: f64, pause: f64) {
         if sent < self.events().last_event {
             // Answered to a request sent before the last reaction.
@@ -2799,6 +2877,9 @@ impl Knee {
         self.count(true);
         let events = self.events_mut();
         events.answers_all = events.answers_all.saturating_add(1);
+        if pause == 0.0 && self.free_probe_failed(at) {
+            return;
+        }
         if pause == 0.0 && self.periodic(at) {
             return;
         }
@@ -2848,6 +2929,8 @@ impl Knee {
         events.cusum = 0.0;
         events.errors = 0;
         events.answers = 0;
+        events.free_probes = 0;
+        events.free_probe = None;
         events.last_event = at;
         events.event_errors = errors.max(1);
         events.event_pause = pause;
@@ -2906,6 +2989,11 @@ impl Knee {
                 // limit serves `R` of a rate `r` above it, `R / r` of it.
                 (None, Some(share)) => {
                     share_top = Some(share);
+                    let alternated = self.events().refusals.alternated;
+                    if alternated.is_some_and(|k| k >= MIN_ALTERNATIONS) {
+                        // A bucket of one token, maybe well above `r / 2`.
+                        self.events_mut().free_probes = FREE_PROBES;
+                    }
                     served.unwrap_or(0.0).max(share)
                 }
                 (None, None) => match (served, clean, share_any) {
@@ -4752,6 +4840,30 @@ mod tests {
                 assert!((k.level - want).abs() < 1e-4, "{} against {want}", k.level);
             } else {
                 assert_eq!(k.level, 0.02);
+            }
+        }
+    }
+
+    #[test]
+    fn a_bucket_of_one_token_is_found_by_free_probes() {
+        // nginx's `limit_req` without `burst` passes one request in two of
+        // any rate between its own and twice it. The event's cut to half
+        // the rate sent left 0.52 to 0.78 of these buckets' rates unused
+        // for the whole 30 s; two free probes find 0.90 and more (0.97 on
+        // six of the eight), and after the first second the slot is
+        // refused 0 to 5 times.
+        for rate in [10.0, 20.0, 50.0, 100.0] {
+            for latency in [0.0001, 0.001] {
+                let mut k = Adaptive::default().knee();
+                let (_, first, _) = bucket_server(&mut k, rate, 1.0, latency, 1.0, 0.0, false);
+                let mut k = Adaptive::default().knee();
+                let (ok, refused, _) = bucket_server(&mut k, rate, 1.0, latency, 30.0, 10.0, false);
+                let thr = ok as f64 / 20.0 / rate;
+                assert!(thr >= 0.85, "{rate}/s at {latency} s: {thr:.2} of the rate");
+                assert!(
+                    refused <= first + 5,
+                    "{rate}/s at {latency} s: {refused} refused, {first} in the first second"
+                );
             }
         }
     }
