@@ -322,12 +322,14 @@ policy_params! {
     ///   since the first, plus one (the refusals that found a rate limit
     ///   at the start, 1.6 % of a crawl of 1 000 on the simulator's
     ///   limit-req-fast, are paid before the first probe). Except after
-    ///   an event at a rate whose refusals alternated strictly with single
-    ///   successes (three refusals or more): that is what a bucket holding
-    ///   one token, nginx's `limit_req` without `burst`, serves of any rate
-    ///   up to twice its own, so half the rate may lie unused above the
-    ///   cut. Two probes then go at once, each sent back at its first
-    ///   refusal (see `FREE_PROBES`). Overload answers
+    ///   an event at a rate whose refusals came in runs of one length,
+    ///   each ended by a single success (two runs or more): that is what a
+    ///   bucket holding one token, nginx's `limit_req` without `burst`,
+    ///   serves of any rate `r` from `k − 1` to `k` times its own, so up to
+    ///   half the rate may lie unused above the cut to `r / k`, and none
+    ///   at `r / (k − 1)` or above. Two probes then go at once between the
+    ///   two, each sent back at its first refusal, and the level they find
+    ///   is kept below the one that failed (see `FREE_PROBES`). Overload answers
     ///   never enter latency statistics, but they count against their
     ///   window: one
     ///   refused more often than noise explains (one standard error above
@@ -530,24 +532,26 @@ const MIN_SHARE_RUN: f64 = 4.0;
 /// at 2 %, whatever this minimum: two geometric intervals within one of
 /// each other; their cut is by the share they passed, a few per cent.
 const MIN_CLOCKWORK_RUN: u64 = 2;
-/// Refusals at one rate whose intervals each passed exactly one request,
-/// at least this many intervals (three refusals), are a bucket that holds
-/// a single token: see [`FREE_PROBES`].
-const MIN_ALTERNATIONS: u32 = 2;
-/// After an event on strict alternation, this many probes above the level
-/// go without waiting for the probe budget. A bucket that holds a single
-/// token (nginx's `limit_req` without `burst`, its stock setting) passes
-/// one request in two of any rate `r` between its own `R` and `2R`, so
-/// the share served, one half, bounds `R` from below only: the event's cut
-/// to `r / 2` may leave up to half the rate unused (0.52 to 0.87 of it on
-/// the unit grid's buckets of one token), for as long as the budget makes
-/// probes wait, longer than a crawl. Bisection between `r / 2` (served)
-/// and `r` (refused) leaves `R` within `r / 8` above the level in two
+/// Runs of refusals at one rate, each of the same length and ended by a
+/// single success, at least this many of them, are a bucket that holds a
+/// single token: see [`FREE_PROBES`].
+const MIN_LONE_RUNS: u32 = 2;
+/// After an event on a bucket of one token (see [`Lone`]), this many
+/// probes above the level go without waiting for the probe budget. A
+/// bucket that holds a single token (nginx's `limit_req` without `burst`,
+/// its stock setting) loses the tokens a refused request finds, so it
+/// passes exactly one request in `k` of any rate `r` from `(k − 1)·R` to
+/// `k·R` (one in two up to twice its rate `R`): the share served, `1 / k`,
+/// bounds `R` from below only, and `r / (k − 1)` from above. The event's
+/// cut to `r / k` may leave up to half the rate unused (0.52 to 0.87 of
+/// it on the unit grid's buckets of one token) for as long as the budget
+/// makes probes wait, longer than a crawl. Bisection between the two
+/// bounds leaves `R` within a quarter of their gap above the level in two
 /// probes, so the level is at least 4/5 of `R`; a failed probe costs one
 /// refusal (see [`Events::free_probe`]). Two, not three: a bucket that
-/// banks tokens, sent at about twice its rate, alternates as well and
-/// pays for each probe (with three, the simulator's limit-req-fast lost
-/// its goal on five seeds of fifteen).
+/// banks tokens, sent at about `k` times its rate, runs the same pattern
+/// and pays for each probe (with three, the simulator's limit-req-fast
+/// lost its goal on five seeds of fifteen).
 const FREE_PROBES: u8 = 2;
 /// The CUSUM's threshold: a log-likelihood ratio of 1000 to 1.
 const H_EVENT: f64 = 6.907_755_278_982_137;
@@ -1132,9 +1136,23 @@ struct Refusals {
     level: f64,
     ok: u64,
     before: Option<u64>,
-    /// The intervals between refusals at this level, while each passed
-    /// exactly one request; `None` once one did not.
-    alternated: Option<u32>,
+    /// The runs of refusals at this level, while they look like a bucket
+    /// of one token's; `None` once they do not.
+    lone: Option<Lone>,
+}
+
+/// Refusals at one rate in runs of one length, each ended by a single
+/// success: a bucket that holds one token, sent at a rate `r` between
+/// `(k − 1)·R` and `k·R`, refuses `k − 1` in a row, then passes one, over
+/// and over (a bucket that banks tokens passes two in a row now and then,
+/// or varies its runs, unless the rate is `k·R` within a few per cent).
+#[derive(Clone, Copy, Debug)]
+struct Lone {
+    /// The refusals in a row so far.
+    run: u32,
+    /// The length of the runs ended so far (0: none yet), and how many.
+    period: u32,
+    periods: u32,
 }
 
 /// A controller's [`Events`] before any overload event.
@@ -1156,7 +1174,7 @@ static NO_EVENTS: Events = Events {
         level: f64::NAN,
         ok: 0,
         before: None,
-        alternated: Some(0),
+        lone: None,
     },
     event_overloads: 0,
     answers_all: 0,
@@ -2613,7 +2631,11 @@ impl Knee {
             let (level, min_step) = (self.level, self.min_step());
             let events = self.events_mut();
             events.err_ceiling = level;
-            if events.err_hi - events.err_ceiling < min_step {
+            // (Not after a free probe: a bucket of one token's rate lies
+            // below the level that failed, and above it only the budget's
+            // probes go.)
+            let free = events.free_probe.is_some_and(|(_, probe)| probe == level);
+            if !free && events.err_hi - events.err_ceiling < min_step {
                 events.err_ceiling = f64::INFINITY;
                 events.err_hi = f64::INFINITY;
             }
@@ -2672,7 +2694,8 @@ impl Knee {
                 let paid =
                     events.event_overloads as f64 <= E_BUDGET * events.answers_all as f64 + 1.0;
                 // (Or a free probe: see `FREE_PROBES`.)
-                let free = events.free_probes > 0;
+                let free =
+                    events.free_probes > 0 && events.err_hi - events.err_ceiling >= self.min_step();
                 if (free || (self.answers_since_event as f64 >= budget && paid)) && waited {
                     let probe =
                         (events.err_ceiling + events.err_hi.min(2.0 * events.err_ceiling)) / 2.0;
@@ -2814,9 +2837,23 @@ impl Knee {
             level,
             ok: 0,
             before: same.then_some(last.ok),
-            alternated: match last.alternated {
-                _ if !same => Some(0),
-                Some(k) if last.ok == 1 => Some(k.saturating_add(1)),
+            lone: match (same, last.lone, last.ok) {
+                (false, ..) => Some(Lone {
+                    run: 1,
+                    period: 0,
+                    periods: 0,
+                }),
+                (true, Some(lone), 0) => Some(Lone {
+                    run: lone.run.saturating_add(1),
+                    ..lone
+                }),
+                (true, Some(lone), 1) if lone.period == 0 || lone.period == lone.run => {
+                    Some(Lone {
+                        run: 1,
+                        period: lone.run,
+                        periods: lone.periods.saturating_add(1),
+                    })
+                }
                 _ => None,
             },
         };
@@ -2900,6 +2937,8 @@ impl Knee {
         let succession = self.refused_whole(pause);
         // Raises are free up to the share served.
         let mut share_top = None;
+        // Below this the level fails, when a bucket of one token refused.
+        let mut one_token_hi = None;
         let served_level = self.served_level(at);
         let served_any = self.prev + self.bucket > 0;
         // What was served since the last pause may still hold the burst the
@@ -2989,9 +3028,11 @@ impl Knee {
                 // limit serves `R` of a rate `r` above it, `R / r` of it.
                 (None, Some(share)) => {
                     share_top = Some(share);
-                    let alternated = self.events().refusals.alternated;
-                    if alternated.is_some_and(|k| k >= MIN_ALTERNATIONS) {
-                        // A bucket of one token, maybe well above `r / 2`.
+                    let lone = self.events().refusals.lone;
+                    if let Some(lone) = lone.filter(|l| l.periods >= MIN_LONE_RUNS) {
+                        // A bucket of one token: its rate is below
+                        // `r / (k − 1)`, maybe well above `r / k`.
+                        one_token_hi = Some(self.level / f64::from(lone.period.max(1)));
                         self.events_mut().free_probes = FREE_PROBES;
                     }
                     served.unwrap_or(0.0).max(share)
@@ -3043,6 +3084,10 @@ impl Knee {
             self.events_mut().err_ceiling = share_top.unwrap_or(ceiling);
             if let Some(episode) = episode {
                 self.events_mut().err_ceiling = self.events().err_ceiling.min(episode);
+            }
+            if let Some(hi) = one_token_hi {
+                let events = self.events_mut();
+                events.err_hi = events.err_hi.min(hi).max(events.err_ceiling);
             }
         }
         self.clean = None;
@@ -4866,6 +4911,42 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn runs_of_refusals_of_one_length_bound_a_bucket_of_one_token() {
+        // At 60 a second (a level of 0.06 at 1 ms), a bucket of one token
+        // at 25 a second refuses two in a row, then passes one, over and
+        // over: its rate is between 20 and 30 a second. The event cuts to
+        // the share served, a third, with two free probes below the level
+        // that fails, half the rate sent.
+        let mut k = cruising(0.001);
+        k.set_level(0.06, 0.0);
+        let mut bucket = Bucket {
+            rate: 25.0,
+            burst: 1.0,
+            latency: 0.001,
+            retry_after: false,
+            tokens: 1.0,
+            refill: 0.0,
+        };
+        let mut at = 1.0;
+        let mut refused = 0;
+        while k.level == 0.06 && refused < 20 {
+            at += k.throttle().delay_secs();
+            let (_, ok) = bucket.send(at, &[]);
+            refused += u32::from(!ok);
+            if ok {
+                answer_at(&mut k, StatusCode::OK, 0.001, at + 0.001);
+            } else {
+                answer_at(&mut k, StatusCode::SERVICE_UNAVAILABLE, 0.0, at);
+            }
+        }
+        let events = k.events();
+        assert!((k.level - 0.02).abs() < 0.002, "level {}", k.level);
+        assert_eq!(events.free_probes, FREE_PROBES, "after {refused} refused");
+        assert!((events.err_hi - 0.03).abs() < 1e-9, "{}", events.err_hi);
+        assert_eq!(events.err_ceiling, k.level);
     }
 
     #[test]
