@@ -84,6 +84,7 @@
 //! | `rate-limited` | 20/s, burst 5, 429 + `Retry-After` beyond | 1 000 |
 //! | `limit-req` | 20/s, burst 5, 503 beyond (nginx's `limit_req nodelay`), 20 ms | 1 000 |
 //! | `limit-req-fast` | the same before a static file: 1.5 ms ± 50 % | 1 000 |
+//! | `limit-req-stock` | the same without `burst` (nginx's default: a bucket of one token) | 1 000 |
 //! | `limit-conn` | 8 workers, 50 ms; 503 beyond 8 in service (nginx's `limit_conn`) | 4 800 |
 //! | `multi-host` | 1 × 200 ms, 4 × 80 ms, 16 × 40 ms, 32 × 100 ms | 7 600 |
 //! | `slow-huge` | unbounded workers, 1 s ± 10 % | 100 000, 4 096 tasks |

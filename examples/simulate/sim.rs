@@ -409,6 +409,20 @@ pub fn scenarios() -> Vec<Scenario> {
             1000,
         ),
         single(
+            "limit-req-stock",
+            "20 requests/s, no burst, 503 beyond, 1.5 ms ± 50 % (nginx's limit_req as it comes: a bucket of one token)",
+            Model::rate_limited(
+                20.0,
+                1.0,
+                ServiceTime::Uniform {
+                    base: Duration::from_micros(1500),
+                    spread: 0.5,
+                },
+            )
+            .without_retry_after(),
+            1000,
+        ),
+        single(
             "limit-conn",
             "8 workers, 50 ms ± 10 %; 503 beyond 8 in service (nginx's limit_conn)",
             Model::queue(8, uniform(50)).with_max_queue(0),
