@@ -7,9 +7,11 @@
 #
 #   bash .ci/nginx-limiters.sh [PAGES] [CRAWL_BINARY]
 #
-# Four servers: 20 r/s burst 5 answering 503 (nginx's default), the same
+# Five servers: 20 r/s burst 5 answering 503 (nginx's default), the same
 # answering 429 (limit_req_status 429; nginx sends no Retry-After), 100 r/s
-# burst 20 answering 503, and limit_conn 8 (503 beyond 8 requests at once)
+# burst 20 answering 503, 20 r/s without burst (limit_req as it comes: a
+# request less than 50 ms after the last one passed is refused), and
+# limit_conn 8 (503 beyond 8 requests at once)
 # before a Python backend that answers in 50 ms (its reused connections 40
 # ms later: Nagle's algorithm and delayed ACKs; 8 at once serve about 80
 # pages a second). Each line: the statuses nginx logged, the crawl's time,
@@ -56,18 +58,20 @@ http {
   access_log $dir/logs/access.log at;
   limit_req_zone \$server_port zone=r20:1m rate=20r/s;
   limit_req_zone \$server_port zone=r100:1m rate=100r/s;
+  limit_req_zone \$server_port zone=r20s:1m rate=20r/s;
   limit_conn_zone \$server_port zone=c8:1m;
   upstream backend { server 127.0.0.1:18190; keepalive 64; }
   # (try_files, not return: return answers before limit_req runs.)
   server { listen 127.0.0.1:18091; location / { limit_req zone=r20 burst=5 nodelay; root $dir/html; try_files /ok.txt =404; } }
   server { listen 127.0.0.1:18092; location / { limit_req zone=r20 burst=5 nodelay; limit_req_status 429; root $dir/html; try_files /ok.txt =404; } }
   server { listen 127.0.0.1:18093; location / { limit_req zone=r100 burst=20 nodelay; root $dir/html; try_files /ok.txt =404; } }
+  server { listen 127.0.0.1:18095; location / { limit_req zone=r20s; root $dir/html; try_files /ok.txt =404; } }
   server { listen 127.0.0.1:18094; location / { limit_conn c8 8; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://backend; } }
 }
 CONF
 nginx -c "$dir/nginx.conf" -p "$dir"
 sleep 0.5
-for port in 18091 18092 18093 18094; do
+for port in 18091 18092 18093 18095 18094; do
   seq 1 "$pages" | sed "s#^#http://127.0.0.1:$port/p#" > "$dir/urls"
   : > "$dir/logs/access.log"
   "$crawl" --urls "$dir/urls" --json --quiet --timeout 600 > "$dir/out.json" 2>/dev/null
