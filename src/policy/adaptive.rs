@@ -287,7 +287,11 @@ policy_params! {
     ///   refusal sent after an event with no success since is an event of
     ///   its own, to the rate since the episode's first refusal (`1 / t`,
     ///   about half): from thousands of requests a second to a rate limit
-    ///   of 20, one refusal a halving instead of five. And two intervals
+    ///   of 20, one refusal a halving instead of five. So at a limit of
+    ///   one, where nothing else of ours is out: the refusal cannot be for
+    ///   a place that a success of ours held, and the next request goes at
+    ///   once (nginx refused 3 to 7 requests there on the way down from
+    ///   Startup before the CUSUM's next event). And two intervals
     ///   between refusals at one rate that passed the same count within
     ///   one, two or more each, are a token bucket's clockwork, not noise
     ///   (see `periodic`): the level goes to the rate they passed. (From
@@ -2922,8 +2926,10 @@ impl Knee {
         }
         // At a rate, a refusal sent after an event, with no success since
         // it: the cut was not enough, and a token bucket has shown that it
-        // passes less than one request a spacing.
-        let again = self.level < 1.0
+        // passes less than one request a spacing. So at a limit of one:
+        // nothing else of ours is out, so the refused request held no place
+        // that a success of ours left it, and the next one goes at once.
+        let again = self.limit() <= 1
             && self.events().last_event.is_finite()
             && self.events().batch.is_some();
         if pause == 0.0 && self.events().cusum < H_EVENT && !again {
@@ -4846,6 +4852,31 @@ mod tests {
             levels[5] < 0.7 * levels[4] && levels[6] < 0.7 * levels[5],
             "{levels:?}"
         );
+    }
+
+    #[test]
+    fn at_a_limit_of_one_a_refusal_after_an_event_with_nothing_served_is_an_event() {
+        // Two in flight at 1 ms, refused in a row and sent again at once (a
+        // tenth of a millisecond apart): the fifth refusal makes the
+        // CUSUM's event, to 1.4 (by β: one in flight, no delay). The next,
+        // sent after it with nothing served since, is another event, below
+        // a rate, not five refusals later. From 3, the event leaves two in
+        // flight, where a request may have been refused for a place that a
+        // success of ours still held: the CUSUM decides.
+        for (level, again) in [(2.0, true), (3.0, false)] {
+            let mut k = cruising(0.001);
+            k.set_level(level, 0.0);
+            let mut at = 0.0;
+            let mut levels = Vec::new();
+            for _ in 0..6 {
+                at += k.throttle().delay_secs().max(0.0001);
+                answer_at(&mut k, StatusCode::SERVICE_UNAVAILABLE, 0.0, at);
+                levels.push(k.level);
+            }
+            assert_eq!(levels[3], level, "{levels:?}");
+            assert!(levels[4] < level, "the CUSUM's event: {levels:?}");
+            assert_eq!(levels[5] < levels[4], again, "{levels:?}");
+        }
     }
 
     #[test]
