@@ -287,11 +287,12 @@ policy_params! {
     ///   refusal sent after an event with no success since is an event of
     ///   its own, to the rate since the episode's first refusal (`1 / t`,
     ///   about half): from thousands of requests a second to a rate limit
-    ///   of 20, one refusal a halving instead of five. So at a limit of
-    ///   one, where nothing else of ours is out: the refusal cannot be for
-    ///   a place that a success of ours held, and the next request goes at
-    ///   once (nginx refused 3 to 7 requests there on the way down from
-    ///   Startup before the CUSUM's next event). And two intervals
+    ///   of 20, one refusal a halving instead of five. The same at a limit
+    ///   of one, where nothing else of ours is out: the refusal cannot be
+    ///   for a place that a success of ours held, and the next request
+    ///   goes at once (in two of nginx's logs, 2 and 7 requests were
+    ///   refused there on the way down from Startup before the CUSUM's
+    ///   next event). And two intervals
     ///   between refusals at one rate that passed the same count within
     ///   one, two or more each, are a token bucket's clockwork, not noise
     ///   (see `periodic`): the level goes to the rate they passed. (From
@@ -2926,9 +2927,10 @@ impl Knee {
         }
         // At a rate, a refusal sent after an event, with no success since
         // it: the cut was not enough, and a token bucket has shown that it
-        // passes less than one request a spacing. So at a limit of one:
-        // nothing else of ours is out, so the refused request held no place
-        // that a success of ours left it, and the next one goes at once.
+        // passes less than one request a spacing. The same at a limit of
+        // one: nothing else of ours is out, so the refusal was not for a
+        // place that a success of ours held, and each refused request is
+        // followed at once by the next.
         let again = self.limit() <= 1
             && self.events().last_event.is_finite()
             && self.events().batch.is_some();
