@@ -289,16 +289,15 @@ policy_params! {
     ///   about half): from thousands of requests a second to a rate limit
     ///   of 20, one refusal a halving instead of five. The same at a limit
     ///   of one, where nothing else of ours is out: the refusal cannot be
-    ///   for a place that a success of ours held, and the next request
-    ///   goes at once (in two of nginx's logs, 2 and 7 requests were
-    ///   refused there on the way down from Startup before the CUSUM's
-    ///   next event). And two intervals
-    ///   between refusals at one rate that passed the same count within
-    ///   one, two or more each, are a token bucket's clockwork, not noise
-    ///   (see `periodic`): the level goes to the rate they passed. (From
-    ///   two, not four: at 35 ms a request against nginx's 20 a second,
-    ///   refused one in three, it took the CUSUM's six refusals where
-    ///   three tell the rate.)
+    ///   for a place that a success of ours held, and the next request goes
+    ///   at once (in two of nginx's logs, 2 and 7 requests were refused
+    ///   there on the way down from Startup before the CUSUM's next event).
+    ///   And two intervals between refusals at one rate that passed the
+    ///   same count within one, two or more each, are a token bucket's
+    ///   clockwork, not noise (see `periodic`): the level goes to the rate
+    ///   they passed. (From two, not four: at 35 ms a request against
+    ///   nginx's 20 a second, refused one in three, it took the CUSUM's six
+    ///   refusals where three tell the rate.)
     /// - **Token buckets.** Many servers that send `Retry-After` ration
     ///   requests with a token bucket (rate `R`, burst `B`: nginx's
     ///   `limit_req`, Envoy's local rate limit, API gateways). Between two
@@ -326,23 +325,23 @@ policy_params! {
     ///   overloads of all events so far are within 0.5 % of all answers
     ///   since the first, plus one (the refusals that found a rate limit
     ///   at the start, 1.6 % of a crawl of 1 000 on the simulator's
-    ///   limit-req-fast, are paid before the first probe). Except after
-    ///   an event at a rate whose refusals came in runs of one length,
-    ///   each ended by a single success (two runs or more): that is what a
+    ///   limit-req-fast, are paid before the first probe). Except after an
+    ///   event at a rate whose refusals came in runs of one length, each
+    ///   ended by a single success (two runs or more): that is what a
     ///   bucket holding one token, nginx's `limit_req` without `burst`,
     ///   serves of any rate `r` from `k − 1` to `k` times its own, so up to
-    ///   half the rate may lie unused above the cut to `r / k`, and none
-    ///   at `r / (k − 1)` or above. Two probes then go at once between the
+    ///   half the rate may lie unused above the cut to `r / k`, and none at
+    ///   `r / (k − 1)` or above. Two probes then go at once between the
     ///   two, each sent back at its first refusal, and the level they find
-    ///   is kept below the one that failed (see `FREE_PROBES`). Overload answers
-    ///   never enter latency statistics, but they count against their
-    ///   window: one
-    ///   refused more often than noise explains (one standard error above
-    ///   the tolerated 2 %) neither raises the level nor counts as clean,
-    ///   and above a clean level it sends the level back there (at a rate,
-    ///   to the share served less one standard error, if higher), with the
-    ///   level it left as the one that failed: the errors came with the
-    ///   raise, whatever the CUSUM still tolerates.
+    ///   is kept below the one that failed (see `FREE_PROBES`). Overload
+    ///   answers never enter latency statistics, but they count against
+    ///   their window: one refused more often than noise explains (one
+    ///   standard error above the tolerated 2 %) neither raises the level
+    ///   nor counts as clean, and above a clean level it sends the level
+    ///   back there (at a rate, to the share served less one standard
+    ///   error, if higher), with the level it left as the one that failed:
+    ///   the errors came with the raise, whatever the CUSUM still
+    ///   tolerates.
     /// - **Delay.** At a level of 1 or more the delay paces a window's
     ///   requests over half the no-load latency, `T₀ / (2λ)` (BBR's pacing
     ///   gain of 2: it never binds before the limit); below a millisecond
@@ -551,13 +550,12 @@ const MIN_LONE_RUNS: u32 = 2;
 /// cut to `r / k` may leave up to half the rate unused (the unit grid's
 /// buckets of one token were served 0.50 to 0.98 of theirs, 0.79 on
 /// average) for as long as the budget makes probes wait, longer than a
-/// crawl. Bisection between the two
-/// bounds leaves `R` within a quarter of their gap above the level in two
-/// probes, so the level is at least 4/5 of `R`; a failed probe costs one
-/// refusal (see [`Events::free_probe`]). Two, not three: a bucket that
-/// banks tokens, sent at about `k` times its rate, runs the same pattern
-/// and pays for each probe (with three, the simulator's limit-req-fast
-/// lost its goal on five seeds of fifteen).
+/// crawl. Bisection between the two bounds leaves `R` within a quarter of
+/// their gap above the level in two probes, so the level is at least 4/5 of
+/// `R`; a failed probe costs one refusal (see [`Events::free_probe`]). Two,
+/// not three: a bucket that banks tokens, sent at about `k` times its rate,
+/// runs the same pattern and pays for each probe (with three, the
+/// simulator's limit-req-fast lost its goal on five seeds of fifteen).
 const FREE_PROBES: u8 = 2;
 /// The CUSUM's threshold: a log-likelihood ratio of 1000 to 1.
 const H_EVENT: f64 = 6.907_755_278_982_137;
