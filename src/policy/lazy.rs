@@ -53,9 +53,11 @@ enum Stage<P> {
 }
 
 /// A [`Sample`] as an early slot keeps it: the same fields, the in-flight
-/// count in 32 bits, so 32 bytes instead of 40. A sample whose count does
-/// not fit (none the layer makes: it counts in 32 bits) is not kept: the
-/// state is made at once instead, so the replay stays exact.
+/// count and the dispatch numbers in 32 bits, so 40 bytes instead of 56. A
+/// sample whose numbers do not fit (none of an early answer's: the layer
+/// counts in flight in 32 bits, and an early answer is among its slot's
+/// first few) is not kept: the state is made at once instead, so the
+/// replay stays exact.
 #[derive(Clone, Copy)]
 struct Answer {
     latency: f64,
@@ -65,6 +67,8 @@ struct Answer {
     status: Option<StatusCode>,
     outcome: Outcome,
     timed: bool,
+    seq: u32,
+    dispatched: u32,
 }
 
 impl Answer {
@@ -78,6 +82,8 @@ impl Answer {
             status: sample.status,
             outcome: sample.outcome,
             timed: sample.timed,
+            seq: u32::try_from(sample.seq).ok()?,
+            dispatched: u32::try_from(sample.dispatched).ok()?,
         })
     }
 
@@ -91,6 +97,8 @@ impl Answer {
             in_flight: self.in_flight as usize,
             at: self.at,
             pause: self.pause,
+            seq: u64::from(self.seq),
+            dispatched: u64::from(self.dispatched),
         }
     }
 }
@@ -277,9 +285,9 @@ mod tests {
     /// What each answer costs an early slot.
     #[test]
     #[cfg(target_pointer_width = "64")]
-    fn an_answer_takes_thirty_two_bytes() {
-        assert_eq!(std::mem::size_of::<Answer>(), 32);
-        assert_eq!(std::mem::size_of::<Sample>(), 40);
+    fn an_answer_takes_forty_bytes() {
+        assert_eq!(std::mem::size_of::<Answer>(), 40);
+        assert_eq!(std::mem::size_of::<Sample>(), 56);
     }
 
     /// A kept answer gives back its sample bit for bit, edge values
@@ -294,6 +302,7 @@ mod tests {
                 s.in_flight,
                 s.at_secs().map(f64::to_bits),
                 s.pause.to_bits(),
+                s.order(),
             )
         };
         let odd = [0.0, -0.0, f64::NAN, f64::INFINITY, f64::MIN_POSITIVE, 1e300];
@@ -303,6 +312,9 @@ mod tests {
             samples.push(Sample::from_secs_f64(x, StatusCode::OK).with_at(x));
         }
         samples.push(Sample::from_secs_f64(0.1, StatusCode::OK).with_in_flight(u32::MAX as usize));
+        let max = u64::from(u32::MAX);
+        samples.push(Sample::from_secs_f64(0.1, StatusCode::OK).with_order(3, 7));
+        samples.push(Sample::from_secs_f64(0.1, StatusCode::OK).with_order(max, max));
         for sample in &samples {
             let kept = Answer::keep(sample).expect("fits").sample();
             assert_eq!(bits(&kept), bits(sample), "{sample:?}");
@@ -310,6 +322,8 @@ mod tests {
         }
         let big = Sample::from_secs_f64(0.1, StatusCode::OK).with_in_flight(u32::MAX as usize + 1);
         assert!(Answer::keep(&big).is_none());
+        let late = Sample::from_secs_f64(0.1, StatusCode::OK).with_order(1, max + 1);
+        assert!(Answer::keep(&late).is_none());
     }
 
     /// An answer that cannot be kept makes the state at once, and it

@@ -122,6 +122,13 @@ impl Outcome {
 /// sample with the seconds since it was made (`at`); a sample without one
 /// (a replayed trace) is taken to end `latency / in_flight` after the one
 /// before, as in a closed loop. A policy stays pure either way.
+///
+/// The layer also stamps the request's dispatch number in its slot and the
+/// slot's count of dispatches when the request ended: which of two requests
+/// went out first, where their send instants tie (a paused clock, a coarse
+/// timer: a request sent at the instant a window closes may have gone out
+/// before or after it closed) or differ by a rounding error (a send time
+/// taken as `at - latency`).
 #[derive(Clone, Copy, PartialEq)]
 pub struct Sample {
     latency: f64,
@@ -136,6 +143,10 @@ pub struct Sample {
     in_flight: usize,
     at: f64,
     pause: f64,
+    /// The request's dispatch number in its slot, from 1 (0: not known).
+    seq: u64,
+    /// The slot's count of dispatches when the request ended.
+    dispatched: u64,
 }
 
 impl fmt::Debug for Sample {
@@ -173,6 +184,8 @@ impl Sample {
             in_flight: 0,
             at: 0.0,
             pause: 0.0,
+            seq: 0,
+            dispatched: 0,
         }
     }
 
@@ -188,6 +201,8 @@ impl Sample {
             in_flight: 0,
             at: 0.0,
             pause: 0.0,
+            seq: 0,
+            dispatched: 0,
         }
     }
 
@@ -223,6 +238,21 @@ impl Sample {
     pub fn with_pause(mut self, secs: f64) -> Self {
         self.pause = secs;
         self
+    }
+
+    /// Sets the request's dispatch number in its slot (from 1) and the
+    /// slot's count of dispatches when it ended (the layer's).
+    #[must_use]
+    pub(crate) fn with_order(mut self, seq: u64, dispatched: u64) -> Self {
+        self.seq = seq;
+        self.dispatched = dispatched;
+        self
+    }
+
+    /// The request's dispatch number and the slot's count of dispatches
+    /// when it ended, if known (see [`with_order`](Self::with_order)).
+    pub(crate) fn order(&self) -> Option<(u64, u64)> {
+        (self.seq > 0 && self.dispatched >= self.seq).then_some((self.seq, self.dispatched))
     }
 
     /// The latency in seconds.

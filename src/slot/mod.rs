@@ -247,6 +247,7 @@ impl Slot {
             .with_outcome(reaction.outcome)
             .with_in_flight(ended.fleet_in_flight.unwrap_or(state.in_flight as usize))
             .with_at(ended.at)
+            .with_order(ended.seq, state.dispatched)
             .with_pause(pause);
             if ended.adjust {
                 state.throttle = state.policy.on_sample(&sample);
