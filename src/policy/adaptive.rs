@@ -205,7 +205,12 @@ policy_params! {
     ///   is beyond the noise (two standard errors) and the window at the
     ///   lower level was above the reference beyond doubt (five): one
     ///   less sure was chosen for being slow, and the window after it is
-    ///   quicker by regression alone. A window at half three standard
+    ///   quicker by regression alone. A window at half slower than the one
+    ///   it tests, beyond the noise (two standard errors), tells neither:
+    ///   halving cannot make a host slower, so that window was taken while
+    ///   the latency still rose (a capacity that just fell, its queue still
+    ///   building); the window at half takes its place, and half of the
+    ///   level again tells. A window at half three standard
     ///   errors and more than `ln 2 / 2` below the reference, with 16
     ///   answers or more, replaces it first (it held a queue), and the
     ///   window above is judged against it. A slower host gets a new reference (both
@@ -2462,6 +2467,28 @@ impl Knee {
             // latency now.
             self.cruising_mut().verify = None;
             if !v.more
+                && self.level > 1.0
+                && Test::new(&self.window, &candidate).is_some_and(|t| t.above(Z_CUT))
+            {
+                // Slower at half the level than at the level, beyond the
+                // noise: halving cannot make a host slower, so `candidate`
+                // was taken while the latency still rose (a capacity that
+                // just fell, its queue still building), and tells neither
+                // a queue nor a slower host. This window takes its place,
+                // and half the level again tells. (Taken for a slower host,
+                // on the simulator's drop, seed 21, 16 workers that fell to
+                // 4 at 10 s left both windows, queue and all, as the
+                // no-load latency: the level stayed near 6 for the 15 s the
+                // capacity was down, a mean queue of 1.24 over the crawl,
+                // 0.21 with this rule.)
+                self.cruising_mut().verify = Some(Box::new(Verify {
+                    deeper: Some(self.window),
+                    ..v
+                }));
+                self.set_level(self.level / 2.0, at);
+                return;
+            }
+            if !v.more
                 && test.below(Z_REBASE)
                 && test.d < -std::f64::consts::LN_2 / 2.0
                 && self.window.n >= 2.0 * MIN_REFERENCE
@@ -3850,6 +3877,41 @@ mod tests {
         }
         let base = k.reference.mean_latency();
         assert!((0.95..1.05).contains(&base), "{base}");
+    }
+
+    #[test]
+    fn a_latency_that_rose_while_the_level_halved_is_measured_again_at_half() {
+        // 16 workers at 50 ms ± 10 % fell to 4. The window that cut was
+        // taken while the queue still built: 16 in flight at 1.8 times the
+        // reference; at half the level, 8 in flight wait twice the
+        // reference. Slower at half than at the level: neither a queue nor
+        // a slower host is told, and half again tells (where a slower host
+        // keeps its latency and a queue of 4 workers is gone).
+        let reference = spread(0.05, 0.058, 36, 15.0);
+        let trigger = spread(0.0525, 0.058, 17, 16.7);
+        let candidate = spread(0.092, 0.058, 10, 16.0);
+        let half = spread(0.103, 0.058, 16, 7.9);
+        let v = Verify {
+            trigger,
+            level: 15.94,
+            knee: 15.94,
+            deeper: Some(candidate),
+            more: false,
+        };
+        let mut k = verifying(reference, 7.97, half);
+        k.verify(v, 10.5);
+        assert_eq!(k.level, 7.97 / 2.0);
+        assert_eq!(k.reference, reference, "the reference stays");
+        let again = k.cruising().verify.as_deref().copied().expect("verifying");
+        assert_eq!(again.deeper, Some(half));
+        assert_eq!((again.level, again.knee), (15.94, 15.94));
+        // Slower at half than the window before, but within the noise:
+        // judged as before (here, no fall: a slower host).
+        let near = spread(0.094, 0.058, 16, 7.9);
+        let mut k = verifying(reference, 7.97, near);
+        k.verify(v, 10.5);
+        assert!(k.cruising().verify.is_none());
+        assert!(k.reference.mean > reference.mean, "taken for a slower host");
     }
 
     #[test]
