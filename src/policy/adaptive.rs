@@ -1401,7 +1401,7 @@ impl Knee {
     /// are old.
     fn begin_after_freed(&mut self) {
         if self.dispatched > 0 {
-            self.since_seq = self.dispatched + 1;
+            self.since_seq = self.dispatched.saturating_add(1);
         }
         self.old = self.in_flight as u64;
     }
@@ -1433,14 +1433,15 @@ impl Knee {
             }
             return Belongs::Stale;
         }
+        let after_close = |closed: &Closed| {
+            if seq > 0 && closed.seq > 0 {
+                seq > closed.seq
+            } else {
+                sent >= closed.at
+            }
+        };
         match &mut self.closed {
-            Some(closed)
-                if if seq > 0 && closed.seq > 0 {
-                    seq > closed.seq
-                } else {
-                    sent >= closed.at
-                } =>
-            {
+            Some(closed) if after_close(closed) => {
                 let next = self.after.get_or_insert_with(Box::default);
                 next.counted = next.counted.saturating_add(1);
                 Belongs::Next
