@@ -111,15 +111,17 @@ policy_params! {
     ///   reference together; with fewer than 6, the likelier of no queue
     ///   and a queue of one decides) is judged again once a window sent at
     ///   the lower level has replaced the reference (8 answers when it was
-    ///   fewer): if the window that ended Startup is now nearer no queue
-    ///   than a queue of one, the exit was noise, and Startup resumes from
-    ///   there (a first answer quick by chance left heavy-tailed hosts of 8
-    ///   workers at one request in flight for seconds, at a quarter of
-    ///   their speed). The resumed Startup's rounds that are nearer a
-    ///   queue of one than none, short of ending it, still raise, but do
-    ///   not join its reference: taken in, they hid the queue of a host of
-    ///   one worker with the same tails from every round after, and the
-    ///   level doubled to 8 on it. As after the first Startup, the first
+    ///   fewer): unless the window that ended Startup is now nearer a
+    ///   queue of one than none by a standard error (the noise of a few
+    ///   answers leaves most such verdicts in doubt, and a doubtful exit
+    ///   costs more kept than tested again), the exit is taken for noise,
+    ///   and Startup resumes from there (a first answer quick by chance
+    ///   left heavy-tailed hosts of 8 workers at one request in flight for
+    ///   seconds, at a quarter of their speed). The resumed Startup's
+    ///   rounds that are nearer a queue of one than none, short of ending
+    ///   it, still raise, but do not join its reference: taken in, they hid
+    ///   the queue of a host of one worker with the same tails from every
+    ///   round after, and the level doubled to 8 on it. As after the first Startup, the first
     ///   whole window in Cruise may replace the reference.
     ///   Above 32, where latencies are steady, a level's window need not
     ///   wait two round trips (one for its requests to go out at the
@@ -1998,9 +2000,32 @@ impl Knee {
     /// it is now (at the exit, a reference of one or two answers may have
     /// been quick by chance, and a host with heavy tails then left Startup
     /// at one request in flight), by the rule that ended Startup on few
-    /// answers: the likelier of no queue and a queue of one.
+    /// answers, the likelier of no queue and a queue of one, and beyond
+    /// the noise: nearer a queue of one by a standard error at least
+    /// ([`Z_UP`], the margin a raise needs the other way). A trigger of
+    /// four answers keeps its own noise however long the reference grows,
+    /// so within that margin nothing more will tell, and the two errors
+    /// cost unlike amounts: Startup tested again at the trigger's level
+    /// costs a host of one worker a window with one request queued before
+    /// it leaves again, against a reference that now holds its tails; an
+    /// exit that stands on noise left a host of 8 workers with Pareto
+    /// tails at one request in flight for 8 s, and at a fifth of its
+    /// speed for 20 (the simulator's heavy-tail, seed 4: 0.62 of the
+    /// oracle). Against a reference of fewer than [`MIN_REFERENCE`]
+    /// answers, the rule alone, as at the exit: a window sent one at a
+    /// time that differs from such a reference replaces it, and Startup
+    /// resumes against that (see *Reference* in [`Adaptive`]'s
+    /// documentation).
     fn exit_stands(&self, trigger: &Acc) -> bool {
-        Test::new(trigger, &self.reference).is_none_or(|t| t.d >= halfway_to_one(trigger))
+        let margin = |t: &Test| {
+            if self.reference.n >= MIN_REFERENCE {
+                Z_UP * t.se
+            } else {
+                0.0
+            }
+        };
+        Test::new(trigger, &self.reference)
+            .is_none_or(|t| t.d >= halfway_to_one(trigger) + margin(&t))
     }
 
     /// Startup met a queue: on to Cruise at the estimated knee.
@@ -5321,6 +5346,32 @@ mod tests {
                 (k.phase, k.level)
             })
             .collect()
+    }
+
+    #[test]
+    fn an_exit_nearer_a_queue_of_one_only_within_the_noise_does_not_stand() {
+        // Startup left 2 in flight on four answers (log spread 0.7, a
+        // Pareto host's) against a first answer quick by chance; eight
+        // answers one at a time are the reference now. Halfway to a queue
+        // of one is ln 2 / 2 above it.
+        let reference = spread(0.07, 0.7, 8, 1.0);
+        let k = verifying(reference, 1.0, Acc::default());
+        let halfway = halfway_to_one(&spread(0.07, 0.7, 4, 2.0));
+        let trigger = |d: f64| spread(0.07 * d.exp(), 0.7, 4, 2.0);
+        let se = Test::new(&trigger(0.0), &reference).unwrap().se;
+        // Past halfway, within a standard error: nothing more will tell
+        // (the trigger's own four answers hold most of the noise), and
+        // Startup tests the level again.
+        let near = trigger(halfway + 0.5 * se);
+        let t = Test::new(&near, &reference).unwrap();
+        assert!(
+            t.d > halfway && t.d < halfway + se,
+            "{t:?}, halfway {halfway}"
+        );
+        assert!(!k.exit_stands(&near));
+        // Beyond it, the exit stands; and nearer none, it never did.
+        assert!(k.exit_stands(&trigger(halfway + 1.5 * se)));
+        assert!(!k.exit_stands(&trigger(halfway - 0.5 * se)));
     }
 
     #[test]
