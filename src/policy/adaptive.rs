@@ -2017,15 +2017,11 @@ impl Knee {
     /// resumes against that (see *Reference* in [`Adaptive`]'s
     /// documentation).
     fn exit_stands(&self, trigger: &Acc) -> bool {
-        let margin = |t: &Test| {
-            if self.reference.n >= MIN_REFERENCE {
-                Z_UP * t.se
-            } else {
-                0.0
-            }
-        };
-        Test::new(trigger, &self.reference)
-            .is_none_or(|t| t.d >= halfway_to_one(trigger) + margin(&t))
+        let weak = self.reference.n < MIN_REFERENCE;
+        Test::new(trigger, &self.reference).is_none_or(|t| {
+            let margin = if weak { 0.0 } else { Z_UP * t.se };
+            t.d >= halfway_to_one(trigger) + margin
+        })
     }
 
     /// Startup met a queue: on to Cruise at the estimated knee.
@@ -3299,16 +3295,8 @@ impl Policy for Knee {
         let sent = if usable || overload { at - latency } else { at };
         self.in_flight = sample.in_flight();
         // Every answer tells a window that one of its requests is back.
-        let seq = match sample.order() {
-            Some((seq, dispatched)) => {
-                self.dispatched = dispatched;
-                seq
-            }
-            None => {
-                self.dispatched = 0;
-                0
-            }
-        };
+        let (seq, dispatched) = sample.order().unwrap_or((0, 0));
+        self.dispatched = dispatched;
         let belongs = self.belongs(sent, at, seq);
         if sample.outcome() == Outcome::Ignore || !(usable || overload) {
             return self.throttle();
