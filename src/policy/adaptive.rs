@@ -253,6 +253,15 @@ policy_params! {
     ///   (Little's law). Taken as it was, latency up tenfold during a
     ///   probe at 9 on 8 workers left a reference 13 % high, and the next
     ///   probe held a queue of 2 for 14 s, read as clean.
+    ///   While a cut is under test, a run of answers above twice the
+    ///   typical latency of the window that made it (or of the reference,
+    ///   whichever is higher) cuts at once, as outside a test, unless no
+    ///   queue of ours explains it: a cut's queue only drains, so answers
+    ///   sent at the lower level that slow beyond it tell a capacity that
+    ///   fell since, and the window under test, a round trip at that
+    ///   latency away, comes too late (256 workers at 100 ms falling to
+    ///   64 while a probe's cut was under test held a queue of 189 for
+    ///   1.2 s). The run is the one above (as long, and judged the same).
     /// - **Overload.** 429, 503 and timeouts are overloads; the layer tells
     ///   this policy each one with the `Retry-After` pause it brought, and
     ///   leaves the reaction to it. An overload answered to a request sent
@@ -472,6 +481,7 @@ impl Adaptive {
             after: None,
             in_flight: 0,
             above: 0,
+            beyond_cut: 0,
             below: 0,
             run: Acc::default(),
             run_at: f64::NEG_INFINITY,
@@ -924,6 +934,8 @@ struct Ripe {
     slow: bool,
     /// Quick answers: a quicker host.
     quick: bool,
+    /// Slow answers beyond the cut under test (see [`Knee::beyond_cut`]).
+    beyond_cut: bool,
 }
 
 /// Where an answer belongs, by when its request was sent.
@@ -995,6 +1007,11 @@ pub(crate) struct Knee {
     /// latency, the latest of them, and the instant of the last.
     above: u32,
     below: u32,
+    /// Answers in a row above twice the typical latency of the window that
+    /// made the cut under test (when it is above the reference's), while
+    /// one is: a queue that a cut drains only shrinks, so such answers,
+    /// sent at the lower level, tell a capacity that fell since.
+    beyond_cut: u32,
     run: Acc,
     run_at: f64,
     /// What Cruise keeps of the knee (boxed: a slot that never left
@@ -1351,6 +1368,7 @@ impl Knee {
         self.window = Acc::default();
         self.above = 0;
         self.below = 0;
+        self.beyond_cut = 0;
         // The first round trip starts with the first answer sent at the
         // level (see `on_success`).
         self.round_start = f64::INFINITY;
@@ -1821,11 +1839,23 @@ impl Knee {
             Ripe {
                 slow: self.above >= k,
                 quick: self.below >= k,
+                beyond_cut: self.beyond_cut >= k,
             }
         } else {
             Ripe::default()
         };
         let typical = self.reference.mean.exp();
+        let cut_typical = self
+            .cruising
+            .as_ref()
+            .and_then(|c| c.verify.as_deref())
+            .filter(|v| v.trigger.n > 0.0)
+            .map(|v| v.trigger.mean.max(self.reference.mean).exp());
+        if cut_typical.is_some_and(|t| latency > FAST_FACTOR * t) {
+            self.beyond_cut = self.beyond_cut.saturating_add(1);
+        } else {
+            self.beyond_cut = 0;
+        }
         if latency > FAST_FACTOR * typical {
             if self.above == 0 {
                 self.run = Acc::default();
@@ -2110,6 +2140,28 @@ impl Knee {
             // One at a time, the host itself got slower.
             self.remeasure(at);
             return;
+        }
+        let verifying = self.cruising().verify.is_some()
+            && self.cruising().base_probe.is_none()
+            && !self.remeasuring;
+        if ripe.slow && ripe.beyond_cut && verifying {
+            // A cut under test, and a run of answers sent at its level
+            // beyond twice the latency of the window that made it: the
+            // queue it cut only drains, and the window under test, a round
+            // trip at the inflated latency away, would come too late (a
+            // host of 256 workers at 100 ms that fell to 64 while a probe's
+            // cut of 2 was under test held a queue of 189 for 1.2 s). Cut
+            // on the run, as outside a test, unless no queue of ours
+            // explains it: then the host got slower, which the test under
+            // way tells.
+            let run = self.run;
+            if let Some(t) = Test::new(&run, &self.reference) {
+                if run.mean_in_flight() > 1.0 && !self.slower_than_any_queue(&run, &t) {
+                    self.cruising_mut().verify = None;
+                    self.cut(&run, &t, at);
+                    return;
+                }
+            }
         }
         if ripe.slow && !testing {
             let run = self.run;
@@ -3628,6 +3680,64 @@ mod tests {
                 Sample::from_secs_f64(latency * (1.0 + 0.01 * (i % 3) as f64), StatusCode::OK);
             k.on_sample(&sample.with_in_flight(limit).with_at(now));
         }
+    }
+
+    #[test]
+    fn a_capacity_that_falls_while_a_cut_is_verified_is_cut_at_once() {
+        // 32 workers at 100 ms. A cut to 30 is under test (its window, a
+        // round trip at the lower level, not yet back) when the host falls
+        // to 8 workers: the answers sent at 30 wait behind a queue of 22,
+        // four times the host's latency and twice any latency the queue
+        // that made the cut could leave. A run of them is acted on at once,
+        // as it is outside a test: the level falls (by half, at most, a
+        // cut) before the window under test is back.
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 32.0, 0.1, 80, 0, 0.0);
+        assert!((30..=34).contains(&limits[79]), "{limits:?}");
+        let mut now = k.last_at;
+        // (Its trigger, a window a little above the reference.)
+        let (level, knee, trigger) = (k.level, k.cruising().knee, k.reference);
+        k.cruising_mut().verify = Some(Box::new(Verify {
+            trigger,
+            level,
+            knee,
+            deeper: None,
+            more: false,
+        }));
+        k.set_level(level - 2.0, now);
+        let cut = k.level;
+        let limit = k.throttle().concurrency();
+        // The round trip after the cut, skipped (a queue draining), then
+        // the first 20 answers of the window under test.
+        now += 0.4;
+        for i in 0..limit + 20 {
+            now += 0.4 / limit as f64;
+            let latency = 0.4 * (1.0 + 0.01 * (i % 3) as f64);
+            k.on_sample(&at(latency, limit, now));
+        }
+        assert!(k.level <= 0.55 * cut, "{} from {cut}", k.level);
+        // The same run at eight workers that got ten times slower is no
+        // queue of ours (no eight in flight make a latency ten times the
+        // host's): the test under way tells, as before.
+        let (mut k, mut now) = at_eight_workers();
+        // (Its trigger, a window a little above the reference.)
+        let (level, knee, trigger) = (k.level, k.cruising().knee, k.reference);
+        k.cruising_mut().verify = Some(Box::new(Verify {
+            trigger,
+            level,
+            knee,
+            deeper: None,
+            more: false,
+        }));
+        k.set_level(level - 1.0, now);
+        let cut = k.level;
+        now += 1.0;
+        for i in 0..7 + 6 {
+            now += 1.0 / 7.0;
+            let latency = 1.0 * (1.0 + 0.01 * (i % 3) as f64);
+            k.on_sample(&at(latency, 7, now));
+        }
+        assert_eq!(k.level, cut);
     }
 
     #[test]
