@@ -166,35 +166,20 @@ pub(crate) fn write_authority_key(
     authority: &Authority,
     key: &mut String,
 ) {
-    let scheme = scheme.map(Scheme::as_str).unwrap_or("http");
-    // The common case, with nothing to normalize, in one pass over the
-    // bytes: a lower-case name or IPv4 address, maybe a port that is not
-    // the default one and has no leading zero.
-    let text = authority.as_str();
-    let plain = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-';
-    if !scheme.bytes().any(|b| b.is_ascii_uppercase()) {
-        let (host, port) = match text.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
-        };
-        let host_plain = !host.is_empty() && !host.ends_with('.') && host.bytes().all(plain);
-        let port_plain = port.is_none_or(|p| {
-            !p.is_empty()
-                && !p.starts_with('0')
-                && p.bytes().all(|b| b.is_ascii_digit())
-                && p.parse::<u16>()
-                    .is_ok_and(|p| default_port(scheme) != Some(p))
-        });
-        if host_plain && port_plain {
-            key.reserve(scheme.len() + 3 + text.len());
-            key.push_str(scheme);
-            key.push_str("://");
-            key.push_str(text);
-            return;
-        }
+    if !write_plain_authority_key(scheme, authority.as_str(), key) {
+        write_normalized_authority_key(scheme, authority, key);
     }
+}
+
+/// [`write_authority_key`] the long way, normalizing every part.
+fn write_normalized_authority_key(
+    scheme: Option<&Scheme>,
+    authority: &Authority,
+    key: &mut String,
+) {
+    let scheme = scheme.map(Scheme::as_str).unwrap_or("http");
     let scheme = scheme.to_ascii_lowercase();
-    key.reserve(scheme.len() + 3 + text.len());
+    key.reserve(scheme.len() + 3 + authority.as_str().len());
     key.push_str(&scheme);
     key.push_str("://");
     if push_host(key, authority.host(), false).is_err() {
@@ -207,6 +192,73 @@ pub(crate) fn write_authority_key(
     {
         use std::fmt::Write;
         let _ = write!(key, ":{port}");
+    }
+}
+
+/// The common case of [`write_authority_key`], with nothing to normalize:
+/// when `authority` (a URI's authority, as text) is a lower-case name or
+/// IPv4 address without a trailing dot, maybe with a port that is not the
+/// scheme's default and has no leading zero, and the scheme is lower case,
+/// writes `scheme://authority` into `key` and returns `true`; otherwise
+/// writes nothing and returns `false`. One pass over the bytes, a table
+/// lookup each: such an authority has no user information and a host, so
+/// it is also the authority a request is keyed by (see `strategy`).
+pub(crate) fn write_plain_authority_key(
+    scheme: Option<&Scheme>,
+    authority: &str,
+    key: &mut String,
+) -> bool {
+    let scheme = scheme.map(Scheme::as_str).unwrap_or("http");
+    if !plain_authority(scheme, authority) {
+        return false;
+    }
+    key.reserve(scheme.len() + 3 + authority.len());
+    key.push_str(scheme);
+    key.push_str("://");
+    key.push_str(authority);
+    true
+}
+
+/// Bytes that a normalized host keeps as they are: lower-case letters,
+/// digits, `.` and `-`.
+const PLAIN_HOST_BYTE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-';
+        b += 1;
+    }
+    table
+};
+
+/// Whether `authority` under `scheme` is its own normalized key (see
+/// [`write_plain_authority_key`]).
+fn plain_authority(scheme: &str, authority: &str) -> bool {
+    if scheme.bytes().any(|b| b.is_ascii_uppercase()) {
+        return false;
+    }
+    let bytes = authority.as_bytes();
+    // The host is the longest run of plain bytes; what follows must be
+    // nothing, or a port.
+    let host = bytes
+        .iter()
+        .position(|&b| !PLAIN_HOST_BYTE[usize::from(b)])
+        .unwrap_or(bytes.len());
+    if host == 0 || bytes[host - 1] == b'.' {
+        return false;
+    }
+    match &bytes[host..] {
+        [] => true,
+        [b':', port @ ..] => {
+            !port.is_empty()
+                && port[0] != b'0'
+                && port.len() <= 5
+                && port.iter().all(u8::is_ascii_digit)
+                && u16::try_from(port.iter().fold(0u32, |n, &d| n * 10 + u32::from(d - b'0')))
+                    .is_ok_and(|p| default_port(scheme) != Some(p))
+        }
+        _ => false,
     }
 }
 
@@ -322,4 +374,79 @@ pub(crate) fn ip_literal(host: &str) -> Option<std::net::IpAddr> {
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
     bare.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ways of writing a key, and whether the one-pass way took it.
+    fn both(scheme: &Scheme, authority: &Authority) -> (Option<String>, String) {
+        let mut plain = String::new();
+        let took = write_plain_authority_key(Some(scheme), authority.as_str(), &mut plain);
+        assert!(took || plain.is_empty(), "wrote {plain:?} and declined");
+        let mut long = String::new();
+        write_normalized_authority_key(Some(scheme), authority, &mut long);
+        (took.then_some(plain), long)
+    }
+
+    #[test]
+    fn the_one_pass_key_is_the_normalized_key_whenever_it_is_taken() {
+        // Authorities drawn from the bytes that matter to normalization
+        // (case, dots, ports, zeros, user information, brackets), seeded;
+        // every one the one-pass check takes must come out as the long
+        // way writes it.
+        const BYTES: &[u8] = b"aZz09.-:@[]_%8";
+        let schemes: Vec<Scheme> = ["http", "https", "ws", "HTTP", "ftp"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let mut state = 7u64;
+        let (mut taken, mut parsed) = (0, 0);
+        for _ in 0..200_000 {
+            let len = 1 + (crate::rng::next_unit(&mut state) * 12.0) as usize;
+            let text: String = (0..len)
+                .map(|_| {
+                    BYTES[(crate::rng::next_unit(&mut state) * BYTES.len() as f64) as usize] as char
+                })
+                .collect();
+            let Ok(authority) = text.parse::<Authority>() else {
+                continue;
+            };
+            parsed += 1;
+            let scheme = &schemes[(crate::rng::next_unit(&mut state) * 5.0) as usize];
+            let (plain, long) = both(scheme, &authority);
+            if let Some(plain) = plain {
+                taken += 1;
+                assert_eq!(plain, long, "{scheme}://{text}");
+            }
+        }
+        // (The draw reaches both ways.)
+        assert!(
+            taken > 1_000 && parsed - taken > 1_000,
+            "{taken} of {parsed}"
+        );
+        // And the cases users send, each its own key or not.
+        for (scheme, text, took) in [
+            ("http", "example.com", true),
+            ("https", "host-12.example:8443", true),
+            ("http", "10.0.0.1:8080", true),
+            ("http", "example.com:80", false),
+            ("https", "example.com:443", false),
+            ("http", "example.com:0080", false),
+            ("http", "example.com:65536", false),
+            ("http", "example.com.", false),
+            ("http", "Example.com", false),
+            ("HTTP", "example.com", false),
+            ("http", "user@example.com", false),
+            ("http", "[::1]:8080", false),
+            ("http", "example.com:", false),
+        ] {
+            let (plain, long) = both(&scheme.parse().unwrap(), &text.parse().unwrap());
+            assert_eq!(plain.is_some(), took, "{scheme}://{text}");
+            if let Some(plain) = plain {
+                assert_eq!(plain, long);
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use http::header::HOST;
 use http::request::Parts;
 use http::uri::Authority;
 
-use super::{ip_literal, normalize_host, write_authority_key, SlotKey};
+use super::{ip_literal, normalize_host, write_authority_key, write_plain_authority_key, SlotKey};
 
 /// How a request's slot is chosen when neither a [`DownloadSlot`](crate::DownloadSlot) extension
 /// nor the key function decides; see the [module documentation](super).
@@ -160,6 +160,16 @@ fn key_in(
     }
     if let Some(key) = key_fn.and_then(|f| f(parts)) {
         return KeyChoice::Ready(key);
+    }
+    if strategy == KeyStrategy::Authority {
+        // The common case: a URI's authority that is its own key (then it
+        // is also the authority `request_authority` would choose), checked
+        // and written in one pass.
+        if let Some(authority) = parts.uri.authority() {
+            if write_plain_authority_key(parts.uri.scheme(), authority.as_str(), buffer) {
+                return KeyChoice::InBuffer;
+            }
+        }
     }
     let Some(authority) = request_authority(parts) else {
         return KeyChoice::Ready(SlotKey::fallback());
