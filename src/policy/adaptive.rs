@@ -2761,7 +2761,15 @@ impl Knee {
         let level = if cruising.probing {
             cruising.probing = false;
             cruising.at_top = 0;
-            level.min(knee - cruising.headroom)
+            // Never below what a cut may leave (half the level, and one
+            // request): a knee whose headroom, the part noise cannot
+            // resolve, is as wide as itself tells no level. (Unbounded, a
+            // log-normal host of 8 workers came back from a probe's test
+            // at one request a minute, its `max_delay`, for 48 minutes.)
+            level
+                .min(knee - cruising.headroom)
+                .max(level / 2.0)
+                .max(1.0)
         } else {
             level
         };
@@ -3680,6 +3688,27 @@ mod tests {
                 Sample::from_secs_f64(latency * (1.0 + 0.01 * (i % 3) as f64), StatusCode::OK);
             k.on_sample(&sample.with_in_flight(limit).with_at(now));
         }
+    }
+
+    #[test]
+    fn a_probe_told_a_slower_host_comes_back_no_lower_than_a_cut() {
+        // A probe at 9 cut and tested; the test tells a slower host, and
+        // the level the probe left comes back. With a knee estimate whose
+        // headroom is as wide as itself (noise, on a log-normal host),
+        // `knee - headroom` is no level at all: the level comes back to no
+        // less than half the probe's, as a cut would leave it, not to a
+        // rate of one request every `max_delay`.
+        let (mut k, now) = at_eight_workers();
+        k.cruising_mut().probing = true;
+        k.cruising_mut().headroom = 8.0;
+        k.level_back(9.0, 8.0, now);
+        assert!(k.level >= 4.5, "{}", k.level);
+        // A knee that tells: the level the probe left, as before.
+        let (mut k, now) = at_eight_workers();
+        k.cruising_mut().probing = true;
+        k.cruising_mut().headroom = 0.5;
+        k.level_back(9.0, 8.0, now);
+        assert_eq!(k.level, 7.5);
     }
 
     #[test]
