@@ -3711,6 +3711,21 @@ mod tests {
         assert_eq!(k.level, 7.5);
     }
 
+    /// A cut of `by` from the level, under test, with the reference as
+    /// the window that made it: the level cut to.
+    fn cut_under_test(k: &mut Knee, by: f64, now: f64) -> f64 {
+        let (level, knee, trigger) = (k.level, k.cruising().knee, k.reference);
+        k.cruising_mut().verify = Some(Box::new(Verify {
+            trigger,
+            level,
+            knee,
+            deeper: None,
+            more: false,
+        }));
+        k.set_level(level - by, now);
+        k.level
+    }
+
     #[test]
     fn a_capacity_that_falls_while_a_cut_is_verified_is_cut_at_once() {
         // 32 workers at 100 ms. A cut to 30 is under test (its window, a
@@ -3724,17 +3739,7 @@ mod tests {
         let limits = run(&mut k, 32.0, 0.1, 80, 0, 0.0);
         assert!((30..=34).contains(&limits[79]), "{limits:?}");
         let mut now = k.last_at;
-        // (Its trigger, a window a little above the reference.)
-        let (level, knee, trigger) = (k.level, k.cruising().knee, k.reference);
-        k.cruising_mut().verify = Some(Box::new(Verify {
-            trigger,
-            level,
-            knee,
-            deeper: None,
-            more: false,
-        }));
-        k.set_level(level - 2.0, now);
-        let cut = k.level;
+        let cut = cut_under_test(&mut k, 2.0, now);
         let limit = k.throttle().concurrency();
         // The round trip after the cut, skipped (a queue draining), then
         // the first 20 answers of the window under test.
@@ -3749,17 +3754,7 @@ mod tests {
         // queue of ours (no eight in flight make a latency ten times the
         // host's): the test under way tells, as before.
         let (mut k, mut now) = at_eight_workers();
-        // (Its trigger, a window a little above the reference.)
-        let (level, knee, trigger) = (k.level, k.cruising().knee, k.reference);
-        k.cruising_mut().verify = Some(Box::new(Verify {
-            trigger,
-            level,
-            knee,
-            deeper: None,
-            more: false,
-        }));
-        k.set_level(level - 1.0, now);
-        let cut = k.level;
+        let cut = cut_under_test(&mut k, 1.0, now);
         now += 1.0;
         for i in 0..7 + 6 {
             now += 1.0 / 7.0;
