@@ -7,6 +7,8 @@ use std::time::Duration;
 use common::*;
 use tokio::time::{advance, Instant};
 use tower::Layer;
+use tower_autothrottle::policy::{MakePolicy, Policy, Sample, Throttle};
+use tower_autothrottle::{AutoThrottleLayer, Config, ConfigError, SlotKey};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -150,6 +152,133 @@ async fn a_lowered_delay_lets_the_waiting_head_go_sooner() {
     second.await.unwrap().unwrap();
     let d = recorder.of("a.test");
     assert_eq!(d[1].at - d[0].at, 200 * MS);
+}
+
+/// A delay of 100 ms, paced or strict, and a limit of 3; a policy that
+/// owns overloads has the layer add no backoff of its own on top.
+#[derive(Clone, Copy, Debug)]
+struct Pacing {
+    paced: bool,
+    owns_overload: bool,
+}
+
+impl Pacing {
+    fn paced(paced: bool) -> Self {
+        Pacing {
+            paced,
+            owns_overload: false,
+        }
+    }
+}
+
+impl Policy for Pacing {
+    fn throttle(&self) -> Throttle {
+        if self.paced {
+            Throttle::paced(0.1, 3)
+        } else {
+            Throttle::new(0.1, 3)
+        }
+    }
+    fn on_sample(&mut self, _: &Sample) -> Throttle {
+        self.throttle()
+    }
+    fn owns_overload(&self) -> bool {
+        self.owns_overload
+    }
+}
+
+impl MakePolicy for Pacing {
+    fn name(&self) -> &'static str {
+        "pacing"
+    }
+    fn validate(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+    fn make_policy(&self, _: &SlotKey) -> Box<dyn Policy> {
+        Box::new(*self)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paced_delay_spaces_new_places_and_lets_freed_ones_go_at_once() {
+    for paced in [true, false] {
+        let recorder = Recorder::default();
+        let config = Config::builder()
+            .policy(Pacing::paced(paced))
+            .build()
+            .unwrap();
+        let mut svc = AutoThrottleLayer::new(config).layer(server(recorder.clone()));
+        // The first three open the slot's places: spaced either way. Their
+        // answers all come back at 300 ms; the next three take the places
+        // those answers freed.
+        let handles: Vec<_> = [300, 200, 100, 50, 50, 50]
+            .into_iter()
+            .enumerate()
+            .map(|(i, ms)| spawn_request(&mut svc, request("http://a.test/", i as u64, ms)))
+            .collect();
+        for h in handles {
+            h.await.unwrap().unwrap();
+        }
+        let d = recorder.of("a.test");
+        let at: Vec<Duration> = d.iter().map(|x| x.at - d[0].at).collect();
+        let expected: Vec<Duration> = if paced {
+            // Each answer clocks the request that replaces it.
+            [0, 100, 200, 300, 300, 300]
+        } else {
+            // Every dispatch waits for the delay (Scrapy's spacing).
+            [0, 100, 200, 300, 400, 500]
+        }
+        .into_iter()
+        .map(|ms| ms * MS)
+        .collect();
+        assert_eq!(at, expected, "paced: {paced}");
+        let max = d.iter().map(|x| x.in_flight).max();
+        assert_eq!(max, Some(3), "paced: {paced}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_answers_that_end_during_a_pause_clock_nothing_after_it() {
+    let recorder = Recorder::default();
+    // (A policy that owns overloads: the layer adds no backoff that would
+    // space the requests after the pause anyway.)
+    let policy = Pacing {
+        paced: true,
+        owns_overload: true,
+    };
+    let config = Config::builder().policy(policy).build().unwrap();
+    let mut svc = AutoThrottleLayer::new(config).layer(server(recorder.clone()));
+    let start = Instant::now();
+    // Three places, opened 100 ms apart; all three answers end at 300 ms,
+    // the second a 429 with `Retry-After: 1`.
+    let mut handles: Vec<_> = [300, 200, 100]
+        .into_iter()
+        .enumerate()
+        .map(|(i, ms)| {
+            let mut req = request("http://a.test/", i as u64, ms);
+            if i == 1 {
+                let headers = req.headers_mut();
+                headers.insert("x-status", "429".parse().unwrap());
+                headers.insert("x-reply-retry-after", "1".parse().unwrap());
+            }
+            spawn_request(&mut svc, req)
+        })
+        .collect();
+    // Three more, longer than the pacing: no answer of theirs clocks the
+    // next.
+    handles.extend((3..6).map(|i| spawn_request(&mut svc, request("http://a.test/", i, 500))));
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    let d = recorder.of("a.test");
+    assert_eq!(d.len(), 6);
+    // After the pause the places are opened again, paced: the answers that
+    // ended before it ended clock none of them.
+    assert!(d[3].at - start >= 1300 * MS, "{:?}", d[3].at - start);
+    for pair in d[3..].windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= 100 * MS, "gap {gap:?} after the pause");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -10,6 +10,9 @@ use crate::time::Secs;
 /// Clamps another policy's answers: the delay into `[min_delay, max_delay]`,
 /// the concurrency limit to at most `max_concurrency`.
 ///
+/// A `min_delay` above zero spaces every dispatch: with one, a paced
+/// answer ([`Throttle::paced`]) becomes a strict one.
+///
 /// The inner policy's own state is left as it is; only what it answers is
 /// clamped. This is what per-slot settings
 /// ([`SlotSettings`](crate::SlotSettings)) use for their bounds.
@@ -70,7 +73,13 @@ impl Bounded {
             .min(self.max_delay.as_secs_f64())
             .max(self.min_delay.as_secs_f64());
         let concurrency = throttle.concurrency().clamp(1, self.max_concurrency);
-        Throttle::new(delay, concurrency)
+        // A floor spaces every dispatch: a paced answer (see
+        // `Throttle::paced`) stays paced only without one.
+        if throttle.is_paced() && self.min_delay.is_zero() {
+            Throttle::paced(delay, concurrency)
+        } else {
+            Throttle::new(delay, concurrency)
+        }
     }
 }
 
@@ -125,5 +134,35 @@ mod tests {
         // A huge latency: the inner delay grows, the answer stays at 2 s.
         let t = p.on_sample(&Sample::new(Duration::from_secs(1000), StatusCode::OK));
         assert_eq!(t.delay(), Duration::from_secs(2));
+    }
+
+    /// A pacing of 100 ms, a limit of 4.
+    #[derive(Debug)]
+    struct Paced;
+
+    impl Policy for Paced {
+        fn throttle(&self) -> Throttle {
+            Throttle::paced(0.1, 4)
+        }
+        fn on_sample(&mut self, _: &Sample) -> Throttle {
+            self.throttle()
+        }
+    }
+
+    #[test]
+    fn a_floor_spaces_every_dispatch_of_a_paced_policy() {
+        let mut p = Bounded::new(Box::new(Paced))
+            .max_delay(Duration::from_secs(2))
+            .max_concurrency(3);
+        let t = p.on_sample(&Sample::new(Duration::from_secs(1), StatusCode::OK));
+        assert!(t.is_paced(), "without a floor the pacing stays a pacing");
+        assert_eq!((t.delay_secs(), t.concurrency()), (0.1, 3));
+        // Even a floor below the pacing: a dispatch the pacing lets through
+        // would otherwise not wait for the floor either.
+        let mut p = Bounded::new(Box::new(Paced)).min_delay(Duration::from_millis(1));
+        let t = p.on_sample(&Sample::new(Duration::from_secs(1), StatusCode::OK));
+        assert!(!t.is_paced(), "a floor is strict");
+        assert_eq!((t.delay_secs(), t.concurrency()), (0.1, 4));
+        assert!(!p.throttle().is_paced());
     }
 }

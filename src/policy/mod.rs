@@ -295,20 +295,58 @@ impl Sample {
 }
 
 /// What a policy allows a slot: a download delay and a concurrency limit.
+///
+/// The delay is a spacing between two dispatches of the slot (start to
+/// start, as Scrapy's `DOWNLOAD_DELAY`), either strict ([`new`](Self::new):
+/// every dispatch waits for it) or a pacing ([`paced`](Self::paced): only
+/// the dispatches that open new places wait for it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Throttle {
     delay: f64,
     concurrency: usize,
+    paced: bool,
 }
 
 impl Throttle {
-    /// A delay in seconds and a concurrency limit.
+    /// A delay in seconds that spaces every dispatch, and a concurrency
+    /// limit.
     #[must_use]
     pub fn new(delay_secs: f64, concurrency: usize) -> Self {
         Throttle {
             delay: delay_secs,
             concurrency,
+            paced: false,
         }
+    }
+
+    /// A delay in seconds that paces the dispatches, and a concurrency
+    /// limit: a request that takes a place an answer freed (one place for
+    /// each answer that ended since the last dispatch) goes as soon as the
+    /// place is free, without the delay; the others are spaced by it.
+    ///
+    /// The answers so clock the requests that replace them, as
+    /// acknowledgements clock TCP's segments, and the delay spreads only
+    /// what no answer clocks: the requests of a raise of the limit, or of
+    /// a slot that starts. A strict spacing at the limit would hold a
+    /// request back whenever two answers come back closer together than
+    /// the delay, and leave a place idle meanwhile (with answers coming
+    /// back at random, at a pacing of half the mean gap between them,
+    /// about a tenth of the time). What the layer adds on top of the
+    /// policy (a floor, a backoff, a server's rate, a pause) spaces every
+    /// dispatch still.
+    #[must_use]
+    pub fn paced(delay_secs: f64, concurrency: usize) -> Self {
+        Throttle {
+            paced: true,
+            ..Throttle::new(delay_secs, concurrency)
+        }
+    }
+
+    /// Whether the delay is a pacing (see [`paced`](Self::paced)) rather
+    /// than a spacing of every dispatch.
+    #[must_use]
+    pub fn is_paced(&self) -> bool {
+        self.paced
     }
 
     /// The delay in seconds, exactly as the policy computed it.

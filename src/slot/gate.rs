@@ -11,7 +11,10 @@
 //! - at least the slot's current delay has passed since the previous
 //!   admission of the slot (start-to-start spacing, as in Scrapy); a delay
 //!   of `Duration::MAX` (a floor or a bound set so) blocks the slot until
-//!   it is lowered.
+//!   it is lowered. A policy's paced delay
+//!   ([`Throttle::paced`](crate::policy::Throttle::paced)) does not hold a
+//!   request while an answer that ended since the last admission has left
+//!   its place free (what the layer adds on top of the policy still does).
 //!
 //! Both are checked against the slot's state *at the moment of admission*,
 //! so a lowered limit or a raised delay binds the very next dispatch, even
@@ -39,7 +42,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Adjustment, Slot, SlotState};
 use crate::fleet::{Lease, Local};
-use crate::policy::Outcome;
+use crate::policy::{Outcome, Throttle};
 use crate::signals::{Ended, Hints};
 use crate::time::OptNanos;
 
@@ -221,6 +224,7 @@ impl Waiting {
 /// gives, both being after the origin, without a difference of `Instant`s.
 fn take_place(state: &mut SlotState, now: Instant, since: Duration) -> u64 {
     state.in_flight += 1;
+    state.clocked = state.clocked.saturating_sub(1);
     state.dispatched += 1;
     let previous = state.last_dispatch.replace(now);
     let at = OptNanos::nanos(since);
@@ -265,7 +269,14 @@ fn open_quiet(state: &SlotState) -> Option<Decision> {
 
 /// [`open`] in general.
 fn open_spaced(state: &SlotState, now: Instant) -> Decision {
-    let (delay, limit) = state.signals.effective(&state.throttle, now);
+    // A place an answer freed is taken without the policy's pacing (see
+    // `Throttle::paced`); what the layer adds still spaces it.
+    let (delay, limit) = if state.throttle.is_paced() && state.clocked > 0 {
+        let unpaced = Throttle::new(0.0, state.throttle.concurrency());
+        state.signals.effective(&unpaced, now)
+    } else {
+        state.signals.effective(&state.throttle, now)
+    };
     // A delay of `Duration::MAX` blocks the slot: nothing goes, not even a
     // first request, until it is lowered (which wakes the head).
     if state.in_flight as usize >= limit || delay == Duration::MAX {

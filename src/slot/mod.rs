@@ -59,6 +59,12 @@ pub(crate) struct SlotState {
     /// fields below it takes no word of its own; four billion requests in
     /// flight on one slot would take terabytes of futures first).
     pub(crate) in_flight: u32,
+    /// The answers that ended since the last dispatch, up to 255 (see
+    /// [`Throttle::paced`](crate::policy::Throttle::paced)): each frees a
+    /// place that a request may take without the policy's pacing. (One
+    /// byte, beside the other small fields; beyond 255 answers between two
+    /// dispatches, the next requests are paced.)
+    pub(crate) clocked: u8,
     pub(crate) last_dispatch: Option<Instant>,
     /// `last_dispatch` as the time since the table's origin, in
     /// nanoseconds (see [`SlotTable::since_origin`]); 0 before the first: the gap
@@ -71,11 +77,10 @@ pub(crate) struct SlotState {
     pub(crate) waiters: Waiters,
     /// The latest response's latency (one word: see [`OptNanos`]).
     last_latency: OptNanos,
-    /// The smoothed latency, in seconds, when `smoothed` (see
-    /// [`latency`](Self::latency); two fields, so that the flag takes a
-    /// byte beside the others instead of a word).
+    /// The smoothed latency, in seconds, NaN before there is one (see
+    /// [`latency`](Self::latency); no flag of its own, so that the small
+    /// fields beside it still share one word).
     srtt: f64,
-    smoothed: bool,
     last_status: Option<StatusCode>,
     pub(crate) dispatched: u64,
     responses: u64,
@@ -158,13 +163,13 @@ impl Slot {
                 signals,
                 policy: Held::new(policy),
                 in_flight: 0,
+                clocked: 0,
                 last_dispatch: None,
                 last_dispatch_at: 0,
                 last_used: Instant::now(),
                 waiters: Waiters::default(),
                 last_latency: OptNanos::NONE,
-                srtt: 0.0,
-                smoothed: false,
+                srtt: f64::NAN,
                 last_status: None,
                 dispatched: 0,
                 responses: 0,
@@ -266,8 +271,7 @@ impl Slot {
             if ended.release {
                 // As `release` does, after the policy saw the count with
                 // this request in it.
-                state.in_flight = state.in_flight.saturating_sub(1);
-                state.last_used = now;
+                state.give_back(now);
             }
             // A new delay, limit or pause, or a place given back, may let
             // the head of the queue go sooner, or later: let it look again.
@@ -380,8 +384,7 @@ impl Slot {
     pub(crate) fn release(&self) {
         let wake = {
             let mut state = self.lock();
-            state.in_flight = state.in_flight.saturating_sub(1);
-            state.last_used = Instant::now();
+            state.give_back(Instant::now());
             state.take_head_waker()
         };
         if let Some(waker) = wake {
@@ -391,15 +394,29 @@ impl Slot {
 }
 
 impl SlotState {
-    /// The smoothed latency, in seconds, once there is one.
-    pub(crate) fn latency(&self) -> Option<f64> {
-        self.smoothed.then_some(self.srtt)
+    /// A request gave its place back at `now`: one fewer in flight, and one
+    /// more place a paced request may take at once (see `clocked`), unless
+    /// a pause the server asked for holds the slot: that clears the count,
+    /// so that the requests after the pause are paced from the first
+    /// instead of going in a burst on the answers that ended during it.
+    fn give_back(&mut self, now: Instant) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if self.signals.paused_until().is_some_and(|until| until > now) {
+            self.clocked = 0;
+        } else {
+            self.clocked = self.clocked.saturating_add(1);
+        }
+        self.last_used = now;
     }
 
-    /// Sets (or forgets) the smoothed latency.
+    /// The smoothed latency, in seconds, once there is one.
+    pub(crate) fn latency(&self) -> Option<f64> {
+        (!self.srtt.is_nan()).then_some(self.srtt)
+    }
+
+    /// Sets (or forgets) the smoothed latency (a NaN is none).
     pub(crate) fn set_latency(&mut self, latency: Option<f64>) {
-        self.smoothed = latency.is_some();
-        self.srtt = latency.unwrap_or(0.0);
+        self.srtt = latency.unwrap_or(f64::NAN);
     }
 
     /// Since when the slot is evictable (see [`SlotTable`]), if it is.
