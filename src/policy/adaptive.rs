@@ -81,9 +81,12 @@ policy_params! {
     ///   answers far from the reference is under way, which a window at the
     ///   level judges first): merged when it agrees, replacing the
     ///   reference when it is three standard errors below (the host got
-    ///   faster), and, when it is above, half of that again tells a slower
-    ///   host from a smaller one unless its latency alone tells (see
-    ///   *verify*); either way the next one waits its interval. A window above
+    ///   faster; with fewer than 16 answers, what replacing a reference
+    ///   takes, the window goes on until it holds them: at a level below
+    ///   8 its two round trips hold fewer), and, when it is above, half
+    ///   of that again tells a slower host from a smaller one unless its
+    ///   latency alone tells (see *verify*); either way the next one waits
+    ///   its interval. A window above
     ///   the reference whose log latencies are also more spread than any
     ///   queue makes them replaces the reference instead of cutting: the
     ///   reference missed a tail the window holds (Startup's short rounds on
@@ -180,7 +183,14 @@ policy_params! {
     ///   replaces the reference if it differs, or if no queue of ours
     ///   explains it either (the run itself is chosen by
     ///   its latency: taken as the reference, a run of noise would make the
-    ///   next answers look like a queue). The run is long enough that noise
+    ///   next answers look like a queue). A window at the level that shows
+    ///   a quicker host (this one, or any three standard errors below the
+    ///   reference) is followed at once by the re-measure below the level:
+    ///   the level may stand above the knee (a probe, or a knee that noise
+    ///   put a request high), and then the window held a queue of ours (8
+    ///   workers whose latency fell from 1 s to 100 ms at a level of 9.15
+    ///   left a reference of 113 ms, and the level climbed to 10, a queue
+    ///   of 2 read as none, for 20 s). The run is long enough that noise
     ///   of the reference's spread makes one less than once in a million
     ///   round trips, that is once in a million answers per request in
     ///   flight (6 for a steady host; 10 for a log-normal σ 0.8 at 8 in
@@ -2221,7 +2231,14 @@ impl Knee {
                 self.set_level(self.level / 2.0, at);
                 return;
             }
-            if test.below(Z_REBASE) && self.window.n >= 2.0 * MIN_REFERENCE {
+            if test.below(Z_REBASE) && self.window.n < 2.0 * MIN_REFERENCE {
+                // Quicker beyond doubt, on fewer answers than replacing
+                // the reference takes (two round trips below a level of
+                // 8): the window goes on until it holds them.
+                self.reopen_window();
+                return;
+            }
+            if test.below(Z_REBASE) {
                 self.rebase(self.window, at);
             } else if !test.below(Z_CUT) {
                 let window = self.window;
@@ -2419,7 +2436,7 @@ impl Knee {
         self.cruising_mut().suspect = None;
         if test.below(Z_REBASE) && self.window.n >= 2.0 * MIN_REFERENCE {
             // The host got faster: the reference is what it serves now.
-            self.rebase(self.window, at);
+            self.rebase_faster(at);
             return;
         }
         if test.d / test.se.max(1e-12) < Z_UP && self.bound() && !self.refusing() {
@@ -2790,6 +2807,14 @@ impl Knee {
     fn remeasure(&mut self, at: f64) {
         self.reset_window(at);
         self.remeasuring = true;
+    }
+
+    /// The host got faster, by a whole window at the level: that window
+    /// is the reference, and the re-measure below the level follows at
+    /// once, to replace it again if it held a queue of ours.
+    fn rebase_faster(&mut self, at: f64) {
+        self.rebase(self.window, at);
+        self.cruising_mut().base_due = at;
     }
 
     /// The host got faster (or slower, after a verified drift): the
@@ -3724,6 +3749,27 @@ mod tests {
         }));
         k.set_level(level - by, now);
         k.level
+    }
+
+    #[test]
+    fn a_host_found_faster_above_its_knee_is_measured_again_below_it() {
+        // 8 workers at 1 s, the level a probe above them (9 in flight, a
+        // queue of one) when the host gets ten times faster. The window
+        // at the level that shows it faster holds that queue (latencies
+        // 9/8 of the host's): taken as the reference, the level would sit
+        // above the knee with a queue read as none. The re-measure below
+        // the level that follows at once finds the host's own latency.
+        let mut k = Adaptive::default().knee();
+        let limits = run(&mut k, 8.0, 1.0, 60, 0, 0.0);
+        assert_eq!(limits[59], 8);
+        let mut now = k.last_at;
+        k.set_level(9.15, now);
+        for _ in 0..120 {
+            closed_round(&mut k, 8.0, &mut now, None);
+        }
+        let reference = k.reference.mean.exp();
+        assert!(reference < 0.103, "{reference}");
+        assert!(k.throttle().concurrency() <= 8, "{}", k.level);
     }
 
     #[test]
