@@ -224,8 +224,8 @@ impl Waiting {
 /// gives, both being after the origin, without a difference of `Instant`s.
 fn take_place(state: &mut SlotState, now: Instant, since: Duration) -> u64 {
     state.in_flight += 1;
-    state.clocked = state.clocked.saturating_sub(1);
     state.dispatched += 1;
+    state.clocked = state.clocked.saturating_sub(1);
     let previous = state.last_dispatch.replace(now);
     let at = OptNanos::nanos(since);
     let previous_at = std::mem::replace(&mut state.last_dispatch_at, at);
