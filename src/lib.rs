@@ -3,7 +3,8 @@
 //! [`AutoThrottleLayer`] wraps any `tower::Service<http::Request<B>>` (a
 //! hyper-util client, a tower stack, a test double) and throttles requests
 //! *per remote host*: each host gets a **download delay** (the minimum time
-//! between the starts of two requests) and a **concurrency limit** (the
+//! between the starts of two requests, or a pacing that the answers clock:
+//! see [`policy::Throttle::paced`]) and a **concurrency limit** (the
 //! maximum requests in flight), both adapted from the latency it measures,
 //! as Scrapy's AutoThrottle does.
 //!

@@ -19,7 +19,9 @@ pub struct SlotSnapshot {
     pub key: SlotKey,
     /// The download delay in force (minimum start-to-start spacing): the
     /// policy's, raised by the floor, rate-limit pacing and overload
-    /// backoff.
+    /// backoff. (When the policy's delay is a pacing, see
+    /// [`Throttle::paced`](crate::policy::Throttle::paced), a request that
+    /// takes a place an answer freed does not wait for it.)
     pub delay: Duration,
     /// The concurrency limit in force: the policy's, lowered by the
     /// overload backoff.
