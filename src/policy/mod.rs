@@ -334,6 +334,18 @@ impl Throttle {
     /// about a tenth of the time). What the layer adds on top of the
     /// policy (a floor, a backoff, a server's rate, a pause) spaces every
     /// dispatch still.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_autothrottle::policy::Throttle;
+    ///
+    /// // 8 in flight, a raise's requests 50 ms apart.
+    /// let paced = Throttle::paced(0.05, 8);
+    /// assert!(paced.is_paced());
+    /// assert_eq!(paced.delay(), Duration::from_millis(50));
+    /// // Scrapy's spacing: every request 50 ms after the one before.
+    /// assert!(!Throttle::new(0.05, 8).is_paced());
+    /// ```
     #[must_use]
     pub fn paced(delay_secs: f64, concurrency: usize) -> Self {
         Throttle {
