@@ -320,9 +320,9 @@ impl Throttle {
     }
 
     /// A delay in seconds that paces the dispatches, and a concurrency
-    /// limit: a request that takes a place an answer freed (one place for
-    /// each answer that ended since the last dispatch) goes as soon as the
-    /// place is free, without the delay; the others are spaced by it.
+    /// limit: a request that takes a place an answer freed (one for each
+    /// answer whose place no request has taken again yet) goes as soon as
+    /// the place is free, without the delay; the others are spaced by it.
     ///
     /// The answers so clock the requests that replace them, as
     /// acknowledgements clock TCP's segments, and the delay spreads only

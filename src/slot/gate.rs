@@ -13,8 +13,9 @@
 //!   of `Duration::MAX` (a floor or a bound set so) blocks the slot until
 //!   it is lowered. A policy's paced delay
 //!   ([`Throttle::paced`](crate::policy::Throttle::paced)) does not hold a
-//!   request while an answer that ended since the last admission has left
-//!   its place free (what the layer adds on top of the policy still does).
+//!   request while an answer has left a place free that no admission has
+//!   taken again yet (what the layer adds on top of the policy still
+//!   does).
 //!
 //! Both are checked against the slot's state *at the moment of admission*,
 //! so a lowered limit or a raised delay binds the very next dispatch, even

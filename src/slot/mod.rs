@@ -59,11 +59,12 @@ pub(crate) struct SlotState {
     /// fields below it takes no word of its own; four billion requests in
     /// flight on one slot would take terabytes of futures first).
     pub(crate) in_flight: u32,
-    /// The answers that ended since the last dispatch, up to 255 (see
-    /// [`Throttle::paced`](crate::policy::Throttle::paced)): each frees a
-    /// place that a request may take without the policy's pacing. (One
-    /// byte, beside the other small fields; beyond 255 answers between two
-    /// dispatches, the next requests are paced.)
+    /// The answers whose places no dispatch has taken again yet, up to
+    /// 255 (see [`Throttle::paced`](crate::policy::Throttle::paced)): each
+    /// dispatch takes one, and a request may take such a place without the
+    /// policy's pacing. (One byte, beside the other small fields; beyond
+    /// 255 answers in a row without a dispatch, the next requests are
+    /// paced.)
     pub(crate) clocked: u8,
     pub(crate) last_dispatch: Option<Instant>,
     /// `last_dispatch` as the time since the table's origin, in
