@@ -171,8 +171,9 @@ pub(crate) fn write_authority_key(
     }
 }
 
-/// [`write_authority_key`] the long way, normalizing every part.
-fn write_normalized_authority_key(
+/// [`write_authority_key`] the long way, normalizing every part (for an
+/// authority already found not to be its own key).
+pub(crate) fn write_normalized_authority_key(
     scheme: Option<&Scheme>,
     authority: &Authority,
     key: &mut String,

@@ -9,7 +9,10 @@ use http::header::HOST;
 use http::request::Parts;
 use http::uri::Authority;
 
-use super::{ip_literal, normalize_host, write_authority_key, write_plain_authority_key, SlotKey};
+use super::{
+    ip_literal, normalize_host, write_authority_key, write_normalized_authority_key,
+    write_plain_authority_key, SlotKey,
+};
 
 /// How a request's slot is chosen when neither a [`DownloadSlot`](crate::DownloadSlot) extension
 /// nor the key function decides; see the [module documentation](super).
@@ -176,7 +179,15 @@ fn key_in(
     };
     KeyChoice::Ready(match strategy {
         KeyStrategy::Authority => {
-            write_authority_key(parts.uri.scheme(), &authority, buffer);
+            match &authority {
+                // The URI's own: the one pass above found it is not its
+                // own key, so only the long way is left.
+                Cow::Borrowed(uri) => {
+                    write_normalized_authority_key(parts.uri.scheme(), uri, buffer)
+                }
+                // The `Host` header's: either way may fit.
+                Cow::Owned(host) => write_authority_key(parts.uri.scheme(), host, buffer),
+            }
             return KeyChoice::InBuffer;
         }
         KeyStrategy::Host => SlotKey::host(authority.host()),
