@@ -83,7 +83,13 @@ policy_params! {
     ///   reference when it is three standard errors below (the host got
     ///   faster; with fewer than 16 answers, what replacing a reference
     ///   takes, the window goes on until it holds them: at a level below
-    ///   8 its two round trips hold fewer), and, when it is above, half
+    ///   8 its two round trips hold fewer; between two and three standard
+    ///   errors below, too far to merge and too near to replace, it goes
+    ///   on, up to three times its round trips, until it is one or the
+    ///   other: a reference that held a queue of one on 16 workers, 7 % of
+    ///   the latency, stayed 2.2 standard errors above each re-measure of
+    ///   22 answers, and the level a request above the knee, a mean queue
+    ///   of 1.15), and, when it is above, half
     ///   of that again tells a slower host from a smaller one unless its
     ///   latency alone tells (see *verify*); either way the next one waits
     ///   its interval. A window above
@@ -644,6 +650,18 @@ const MAX_ROUNDS_PER_WINDOW: f64 = 8.0;
 const BASE_INTERVAL: f64 = 10.0;
 const BASE_ROUNDS: f64 = 50.0;
 const BASE_PROBE_ROUNDS: f64 = 2.0;
+/// A re-measure's window between two and three standard errors below the
+/// reference goes on for at most this many times its round trips. Where
+/// the window's variance is most of the test's, three times its answers
+/// make a difference of two standard errors one of up to 3.5, past
+/// [`Z_REBASE`]; one that is noise falls back towards the reference
+/// instead. In the band still after that, the window is taken in neither
+/// way, as before. (Counted in answers, at one request in flight the 8 a
+/// re-measure takes there would have gone on to 24 round trips: a host of
+/// 2 workers at 500 ms spent 8 s at one request in flight, its
+/// reference's own noise of 14 answers holding the test at 2.4 standard
+/// errors however many the window took.)
+const BASE_PROBE_MORE: f64 = 3.0;
 /// The share of the level the no-load latency is re-measured at. BBR's
 /// ProbeRTT goes to half its window (`probe_rtt_cwnd_gain`), because its
 /// window runs above the path's capacity by design; here the level sits at
@@ -2242,6 +2260,15 @@ impl Knee {
                 // Quicker beyond doubt, on fewer answers than replacing
                 // the reference takes (two round trips below a level of
                 // 8): the window goes on until it holds them.
+                self.reopen_window();
+                return;
+            }
+            if test.below(Z_CUT)
+                && !test.below(Z_REBASE)
+                && self.window.n < BASE_PROBE_MORE * BASE_PROBE_ROUNDS * self.limit() as f64
+            {
+                // Too far below to take in, too near to replace it: more
+                // answers at two thirds of the level tell which.
                 self.reopen_window();
                 return;
             }
@@ -4024,6 +4051,43 @@ mod tests {
             }
         }
         panic!("the level never came back ({remeasured})");
+    }
+
+    #[test]
+    fn a_remeasure_between_two_and_three_standard_errors_below_goes_on() {
+        // 8 workers at 100 ms (answers 0.1, 0.101 and 0.102 s), then
+        // answers 0.9 % quicker at the re-measure: its first window
+        // lies between two and three standard errors below the reference,
+        // too far to take in and too near to replace it. More answers at
+        // two thirds of the level tell, and replace it (before: neither,
+        // and the level came back against the reference as it was).
+        let quick = 0.0991;
+        let (mut k, mut now) = at_eight_workers();
+        let mut started = None;
+        for round in 0..600 {
+            let remeasuring = k.cruising().base_probe.is_some();
+            if remeasuring && started.is_none() {
+                // The first window the re-measure judges: two round trips
+                // at two thirds of the level (5 in flight), 10 answers.
+                let mut first = Acc::default();
+                for i in 0..10 {
+                    first.push(quick * (1.0 + 0.01 * (i % 3) as f64), 5.0);
+                }
+                let t = Test::new(&first, &k.reference).unwrap();
+                assert!(t.below(Z_CUT) && !t.below(Z_REBASE), "{t:?}");
+                started = Some(k.reference.mean_latency());
+            }
+            closed_round(&mut k, 8.0, &mut now, remeasuring.then_some(quick));
+            if let (Some(before), None) = (started, k.cruising().base_probe) {
+                let after = k.reference.mean_latency();
+                assert!(
+                    after < quick * 1.01 && after < before,
+                    "the reference {before} became {after} (round {round})"
+                );
+                return;
+            }
+        }
+        panic!("no re-measure came and went");
     }
 
     #[test]
