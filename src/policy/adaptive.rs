@@ -2256,19 +2256,19 @@ impl Knee {
                 self.set_level(self.level / 2.0, at);
                 return;
             }
-            if test.below(Z_REBASE) && self.window.n < 2.0 * MIN_REFERENCE {
+            let more = if test.below(Z_REBASE) {
                 // Quicker beyond doubt, on fewer answers than replacing
                 // the reference takes (two round trips below a level of
                 // 8): the window goes on until it holds them.
-                self.reopen_window();
-                return;
-            }
-            if test.below(Z_CUT)
-                && !test.below(Z_REBASE)
-                && self.window.n < BASE_PROBE_MORE * BASE_PROBE_ROUNDS * self.limit() as f64
-            {
+                self.window.n < 2.0 * MIN_REFERENCE
+            } else if test.below(Z_CUT) {
                 // Too far below to take in, too near to replace it: more
                 // answers at two thirds of the level tell which.
+                self.window.n < BASE_PROBE_MORE * BASE_PROBE_ROUNDS * self.limit() as f64
+            } else {
+                false
+            };
+            if more {
                 self.reopen_window();
                 return;
             }
