@@ -2220,10 +2220,9 @@ impl Knee {
             return;
         };
         if let Some(level) = self.cruising().base_probe {
-            if !self.complete(
-                (BASE_PROBE_ROUNDS * self.limit() as f64).max(2.0 * MIN_WINDOW),
-                at,
-            ) {
+            // The re-measure's round trips at its level, in answers.
+            let rounds = BASE_PROBE_ROUNDS * self.limit() as f64;
+            if !self.complete(rounds.max(2.0 * MIN_WINDOW), at) {
                 return;
             }
             let Some(test) = Test::new(&self.window, &self.reference) else {
@@ -2264,7 +2263,7 @@ impl Knee {
             } else if test.below(Z_CUT) {
                 // Too far below to take in, too near to replace it: more
                 // answers at two thirds of the level tell which.
-                self.window.n < BASE_PROBE_MORE * BASE_PROBE_ROUNDS * self.limit() as f64
+                self.window.n < BASE_PROBE_MORE * rounds
             } else {
                 false
             };
