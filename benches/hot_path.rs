@@ -7,7 +7,8 @@
 //! cargo bench --bench hot_path -- oneshot           # each through svc.clone().oneshot()
 //! cargo bench --bench hot_path -- contended         # 64 tasks on 2 workers (TASKS=N: N)
 //! HOSTS=10000 cargo bench --bench hot_path          # round-robin over 10 000 hosts
-//! LAYER=tower-acc cargo bench --bench hot_path      # tower-acc's AIMD instead (or LAYER=bare)
+//! LAYER=tower-acc cargo bench --bench hot_path      # tower-acc's AIMD instead (or LAYER=bare;
+//!                                                   # with `contended` too)
 //! cargo bench --bench hot_path --no-run             # then, with the path it prints:
 //! valgrind --tool=callgrind target/release/deps/hot_path-HASH 100000
 //! callgrind_annotate --inclusive=yes callgrind.out.PID | head -60
@@ -74,17 +75,14 @@ fn main() {
             .and_then(|t| t.parse().ok())
             .unwrap_or(64)
             .max(1);
-        rt.block_on(async {
-            let tasks: Vec<_> = (0..tasks_n)
-                .map(|_| {
-                    let (svc, hosts) = (svc.clone(), hosts.clone());
-                    tokio::spawn(async move { sequential(svc, &hosts, n / tasks_n, false).await })
-                })
-                .collect();
-            for task in tasks {
-                task.await.unwrap();
+        // (`LAYER` chooses the service here too.)
+        match std::env::var("LAYER").as_deref() {
+            Ok("bare") => rt.block_on(spread(inner(), &hosts, n, tasks_n)),
+            Ok("tower-acc") => {
+                rt.block_on(spread(tower_acc_layer().layer(inner()), &hosts, n, tasks_n))
             }
-        });
+            _ => rt.block_on(spread(svc, &hosts, n, tasks_n)),
+        }
         let per = start.elapsed() / (n / tasks_n * tasks_n) as u32;
         println!("hot_path: {n} requests from {tasks_n} tasks on 2 workers, {per:?} per request");
         return;
@@ -95,13 +93,7 @@ fn main() {
     match std::env::var("LAYER").as_deref() {
         Ok("bare") => rt.block_on(sequential(inner(), &hosts, n, oneshot)),
         Ok("tower-acc") => rt.block_on(sequential(
-            tower_acc::ConcurrencyLimitLayer::new(
-                tower_acc::Aimd::builder()
-                    .initial_limit(1 << 20)
-                    .max_limit(1 << 20)
-                    .build(),
-            )
-            .layer(inner()),
+            tower_acc_layer().layer(inner()),
             &hosts,
             n,
             oneshot,
@@ -127,6 +119,47 @@ fn inner() -> Inner {
         ready(Ok(Response::new(Empty::new())))
     }
     tower::service_fn(answer as fn(_) -> _)
+}
+
+/// tower-acc's AIMD limiter, with a limit that never binds.
+fn tower_acc_layer() -> tower_acc::ConcurrencyLimitLayer<tower_acc::Aimd> {
+    tower_acc::ConcurrencyLimitLayer::new(
+        tower_acc::Aimd::builder()
+            .initial_limit(1 << 20)
+            .max_limit(1 << 20)
+            .build(),
+    )
+}
+
+/// `n` requests from `tasks` tasks spawned on the runtime, each sending its
+/// share one after another through its own clone of `svc`.
+async fn spread<S, B>(svc: S, hosts: &[Uri], n: u64, tasks: u64)
+where
+    S: Service<Request<()>, Response = Response<B>> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Error: std::fmt::Debug,
+    B: Send + 'static,
+{
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            // Each task parses its own URIs: a clone of a shared `Uri` bumps
+            // a reference count that every task would write, and the bench
+            // would time that.
+            let (svc, hosts) = (svc.clone(), own_copies(hosts));
+            tokio::spawn(async move { sequential(svc, &hosts, n / tasks, false).await })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+}
+
+/// The same URIs, parsed afresh: no buffer shared with `hosts`.
+fn own_copies(hosts: &[Uri]) -> Vec<Uri> {
+    hosts
+        .iter()
+        .map(|uri| uri.to_string().parse().unwrap())
+        .collect()
 }
 
 /// `n` requests from one task, round-robin over `hosts`, through `svc`
