@@ -6,14 +6,20 @@
 #
 # Usage, from anywhere in the repository:  .ci/lazy-mutations.sh
 # Environment: LAZY_MUTATIONS_TARGET_DIR (else CARGO_TARGET_DIR, else
-# $TMPDIR/tower-autothrottle-lazy-mutations).
+# $TMPDIR/tower-autothrottle-lazy-mutations-N, N a checksum of the
+# checkout's path).
 #
 # Exit status: 0 when the unmutated tests pass and every mutant is caught;
 # 1 when a mutant is missed; 2 when the tests fail unmutated or a patch no
 # longer applies (update the patch here rather than test nothing).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-export CARGO_TARGET_DIR="${LAZY_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-lazy-mutations}}"
+# One target dir per checkout: cargo decides what to rebuild from the
+# files' times, so a build left there by another checkout of the same
+# sources (its last mutant, say) would pass for this one's when this
+# checkout's files are older.
+checkout="$(pwd -P | cksum | cut -d' ' -f1)"
+export CARGO_TARGET_DIR="${LAZY_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-lazy-mutations-$checkout}}"
 FILE=src/policy/lazy.rs
 saved="$(mktemp)"
 cp "$FILE" "$saved"
