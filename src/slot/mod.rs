@@ -17,11 +17,11 @@
 //! `snapshot`, and the gate, where requests wait for their slot, in `gate`.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::Duration;
 
 use http::StatusCode;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::fleet::Remote;
@@ -179,11 +179,11 @@ impl Slot {
         }
     }
 
-    /// Locks the slot's state, recovering it if a panic poisoned the lock.
+    /// Locks the slot's state. (`parking_lot`'s lock is not poisoned by a
+    /// panic while it is held: the state is taken as it was left, as the
+    /// standard lock's poisoned state was.)
     pub(crate) fn lock(&self) -> MutexGuard<'_, SlotState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock()
     }
 
     /// Takes in how a request ended: the layer's signals first, then the
@@ -593,6 +593,56 @@ mod tests {
         }
         // Both answers came, on quiet slots and loud ones.
         assert!(changes > 10, "{changes}");
+    }
+
+    /// A policy that panics on its first sample.
+    #[derive(Debug)]
+    struct PanicsOnce(bool);
+
+    impl Policy for PanicsOnce {
+        fn throttle(&self) -> Throttle {
+            Throttle::new(0.0, 4)
+        }
+        fn on_sample(&mut self, _: &Sample) -> Throttle {
+            if !std::mem::replace(&mut self.0, true) {
+                panic!("a policy's bug");
+            }
+            Throttle::new(0.0, 3)
+        }
+    }
+
+    /// A panic while the slot's lock is held (in the policy) leaves the
+    /// slot usable: the lock is taken again, with the state as it was
+    /// left, and the next answer is taken in (see the module's docs).
+    #[tokio::test(start_paused = true)]
+    async fn a_policy_that_panicked_under_the_lock_leaves_the_slot_usable() {
+        let slot = Slot::new(
+            SlotKey::new("a.example"),
+            Box::new(PanicsOnce(false)),
+            Signals::new(0.0, 3),
+        );
+        let end = |seq: u64| Ended {
+            at: 0.01 * seq as f64,
+            latency: Duration::from_millis(5),
+            status: Some(StatusCode::OK),
+            outcome: Outcome::Success,
+            seq,
+            hints: Hints::default(),
+            adjust: true,
+            fleet_in_flight: None,
+            release: false,
+        };
+        slot.lock().dispatched = 2;
+        let now = Instant::now();
+        let panicked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| slot.on_end(now, end(1))));
+        assert!(panicked.is_err());
+        // Counted before the policy ran, and nothing after it.
+        assert_eq!(slot.lock().responses, 1);
+        assert_eq!(slot.lock().throttle.concurrency(), 4);
+        let adjustment = slot.on_end(now, end(2));
+        assert_eq!(adjustment.limit, 3);
+        assert_eq!(slot.lock().responses, 2);
     }
 
     #[test]
