@@ -14,12 +14,7 @@
 # 2 when a patch no longer applies (update it here).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-# One target dir per checkout: cargo decides what to rebuild from the
-# files' times, so a build left there by another checkout of the same
-# sources (its last mutant, say) would pass for this one's when this
-# checkout's files are older.
-checkout="$(pwd -P | cksum | cut -d' ' -f1)"
-export CARGO_TARGET_DIR="${FLEET_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-gate-mutations-$checkout}}"
+export CARGO_TARGET_DIR="${FLEET_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-$(.ci/mutation-target-dir gate-mutations)}}"
 WAKE=a_request_waiting_for_a_place_hears_of_its_release_instead_of_polling
 LEARN=every_worker_learns_from_the_whole_fleets_answers
 files=(src/redis/client.rs src/redis/release.lua src/redis/reserve.lua)

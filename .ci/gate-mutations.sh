@@ -39,12 +39,7 @@ done
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 
 FILES=(src/slot/gate.rs src/slot/mod.rs)
-# One target dir per checkout: cargo decides what to rebuild from the
-# files' times, so a build left there by another checkout of the same
-# sources (its last mutant, say) would pass for this one's when this
-# checkout's files are older.
-checkout="$(pwd -P | cksum | cut -d' ' -f1)"
-export CARGO_TARGET_DIR="${GATE_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-gate-mutations-$checkout}}"
+export CARGO_TARGET_DIR="${GATE_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-$(.ci/mutation-target-dir gate-mutations)}}"
 TIMEOUT="${GATE_MUTATIONS_TIMEOUT:-600}"
 # Only the oracle may catch a mutant, not the test's last check on the
 # crate's own counts.

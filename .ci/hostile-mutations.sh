@@ -11,7 +11,7 @@
 # applies (update it here).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-export CARGO_TARGET_DIR="${HOSTILE_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-gate-mutations}}"
+export CARGO_TARGET_DIR="${HOSTILE_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-$(.ci/mutation-target-dir gate-mutations)}}"
 TEST=the_layer_answers_or_holds_for_a_documented_reason
 # The regressions file too: a failing mutant may add a case to it.
 files=(src/slot/gate.rs tests/hostile.proptest-regressions)

@@ -14,12 +14,7 @@
 # longer applies (update the patch here rather than test nothing).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-# One target dir per checkout: cargo decides what to rebuild from the
-# files' times, so a build left there by another checkout of the same
-# sources (its last mutant, say) would pass for this one's when this
-# checkout's files are older.
-checkout="$(pwd -P | cksum | cut -d' ' -f1)"
-export CARGO_TARGET_DIR="${LAZY_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-lazy-mutations-$checkout}}"
+export CARGO_TARGET_DIR="${LAZY_MUTATIONS_TARGET_DIR:-${CARGO_TARGET_DIR:-$(.ci/mutation-target-dir lazy-mutations)}}"
 FILE=src/policy/lazy.rs
 saved="$(mktemp)"
 cp "$FILE" "$saved"

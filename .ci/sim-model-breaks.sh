@@ -14,7 +14,7 @@
 # unmutated tests fail.
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-export CARGO_TARGET_DIR="${SIM_BREAKS_TARGET_DIR:-${CARGO_TARGET_DIR:-${TMPDIR:-/tmp}/tower-autothrottle-sim-breaks}}"
+export CARGO_TARGET_DIR="${SIM_BREAKS_TARGET_DIR:-${CARGO_TARGET_DIR:-$(.ci/mutation-target-dir sim-breaks)}}"
 python3 - <<'PY'
 import shutil, subprocess, sys
 
