@@ -24,7 +24,7 @@ use std::future::ready;
 use std::time::Instant;
 
 use bytes::Bytes;
-use common::Fixed;
+use common::{tower_acc_layer, Fixed};
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
 use tower::{Layer, Service, ServiceExt};
@@ -119,16 +119,6 @@ fn inner() -> Inner {
         ready(Ok(Response::new(Empty::new())))
     }
     tower::service_fn(answer as fn(_) -> _)
-}
-
-/// tower-acc's AIMD limiter, with a limit that never binds.
-fn tower_acc_layer() -> tower_acc::ConcurrencyLimitLayer<tower_acc::Aimd> {
-    tower_acc::ConcurrencyLimitLayer::new(
-        tower_acc::Aimd::builder()
-            .initial_limit(1 << 20)
-            .max_limit(1 << 20)
-            .build(),
-    )
 }
 
 /// `n` requests from `tasks` tasks spawned on the runtime, each sending its

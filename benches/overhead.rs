@@ -30,7 +30,7 @@ use std::future::{ready, Ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::Fixed;
+use common::{tower_acc_layer, Fixed};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use http::{Request, Response, Uri};
 use http_body_util::Empty;
@@ -96,16 +96,7 @@ macro_rules! variants {
             "tower_concurrency_limit",
             tower::limit::ConcurrencyLimitLayer::new(1 << 20).layer(inner())
         );
-        $f!(
-            "tower_acc_aimd",
-            tower_acc::ConcurrencyLimitLayer::new(
-                tower_acc::Aimd::builder()
-                    .initial_limit(1 << 20)
-                    .max_limit(1 << 20)
-                    .build()
-            )
-            .layer(inner())
-        );
+        $f!("tower_acc_aimd", tower_acc_layer().layer(inner()));
         $f!("autothrottle_fixed", throttle_fixed.layer(inner()));
         $f!("autothrottle_default", throttle_default.layer(inner()));
     }};

@@ -1,4 +1,5 @@
-//! What the benchmarks share: a policy with a fixed delay and limit.
+//! What the benchmarks share: a policy with a fixed delay and limit, and
+//! tower-acc's limiter to compare with.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -42,4 +43,14 @@ impl MakePolicy for Fixed {
     fn make_policy(&self, _: &SlotKey) -> Box<dyn Policy> {
         Box::new(*self)
     }
+}
+
+/// tower-acc's AIMD limiter, with a limit that never binds.
+pub fn tower_acc_layer() -> tower_acc::ConcurrencyLimitLayer<tower_acc::Aimd> {
+    tower_acc::ConcurrencyLimitLayer::new(
+        tower_acc::Aimd::builder()
+            .initial_limit(1 << 20)
+            .max_limit(1 << 20)
+            .build(),
+    )
 }
