@@ -1723,14 +1723,10 @@ impl Knee {
     /// before, whatever burst the start of the episode got.
     fn episode_level(&self, at: f64) -> Option<f64> {
         let episode = self.episode.as_ref()?;
-        let t = at - episode.since;
-        if t.is_nan() || t <= 0.0 {
-            return None;
-        }
         // (The requests still out are counted as served: a refusal comes
         // back at once, a success may wait behind a queue.)
         let k = episode.served as f64 + self.in_flight.saturating_sub(1) as f64;
-        Some((k + 1.0) / t * self.unit()?)
+        self.poisson_level(k, episode.since, at)
     }
 
     /// The level of the rate since the episode's last success (its first
@@ -1741,11 +1737,18 @@ impl Knee {
     /// where the rate since the first refusal falls by only about a third
     /// after one success (`2 / t`, with `t` up by half).
     fn unserved_level(&self, at: f64) -> Option<f64> {
-        let t = at - self.episode.as_ref()?.last_served;
+        self.poisson_level(0.0, self.episode.as_ref()?.last_served, at)
+    }
+
+    /// The posterior mean of a Poisson rate after `k` events from `since`
+    /// to `at`, `(k + 1) / t` (a flat prior), at the rate unit; `None`
+    /// over no time, or without a unit.
+    fn poisson_level(&self, k: f64, since: f64, at: f64) -> Option<f64> {
+        let t = at - since;
         if t.is_nan() || t <= 0.0 {
             return None;
         }
-        Some(1.0 / t * self.unit()?)
+        Some((k + 1.0) / t * self.unit()?)
     }
 
     /// Counts a success at `at` in the buckets.
